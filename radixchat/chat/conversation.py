@@ -1,0 +1,181 @@
+"""Conversations: messages plus the exact token ids already in the engine's cache.
+
+A new message appends only its *delta* — the chat template's text for the new message (and the
+generation prompt) after the text the existing ids stand for — to the previous ids. History is never
+re-tokenized, which is what keeps every turn a pure prefix extension (BPE merges across the boundary,
+double BOS, or templates that rewrite earlier turns would otherwise break the match). Where the template
+does not render the history as a prefix of the new text (it trims or rewrites earlier turns), or the
+start-up probe finds that delta tokenization disagrees with full tokenization for this tokenizer, we fall
+back to rendering and tokenizing the whole conversation; the radix tree still reuses the longest match.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from radixchat.errors import RadixchatError
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+# Used only for tokenizers that ship no chat template (base models).
+CHATML_FALLBACK = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+class ChatTemplateError(RadixchatError):
+    """The model's chat template cannot render these messages."""
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    content: str
+    # This message's share of the exact cached sequence: for a user/tool message, the rendered delta
+    # (template wrapping plus the generation prompt); for an assistant message, the generated ids.
+    token_ids: list[int] = field(default_factory=list)
+    rendered: str = ""  # the text those ids stand for
+    finish_reason: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    name: str | None = None  # tool name, for tool messages
+    meta: dict[str, Any] = field(default_factory=dict)  # usage and timings of an assistant turn
+
+    def template_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [{"type": "function", "function": c} for c in self.tool_calls]
+        if self.name:
+            out["name"] = self.name
+        return out
+
+
+class ChatFormat:
+    """Renders messages with one tokenizer's chat template and checks delta rendering at start-up."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.template = getattr(tokenizer, "chat_template", None) or CHATML_FALLBACK
+        self.delta_ok, self.delta_problem = self._probe()
+
+    def render(self, messages: list[Message], add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(
+                [m.template_dict() for m in messages],
+                tools=tools or None,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                chat_template=self.template,
+            )
+        except Exception as exc:
+            raise ChatTemplateError(f"the chat template cannot render this conversation: {exc}") from None
+
+    def encode(self, text: str) -> list[int]:
+        # The template's text already carries BOS and other special tokens, so never add them again.
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def _probe(self) -> tuple[bool, str | None]:
+        """Build a short conversation by deltas and compare it with one full rendering."""
+        try:
+            conv = Conversation(self, system="You are a test.", _probe=True)
+            conv.add_user("Hello there, how are you?")
+            reply = "I am fine. Ünïcode, code: `x = [1, 2]`."
+            ids = self.encode(reply)
+            full = self.render(conv.messages + [Message("assistant", reply)], add_generation_prompt=False)
+            end = full[len(conv.text) + len(reply) :]
+            eos = getattr(self.tokenizer, "eos_token", None)
+            if eos and end.startswith(eos):
+                ids += self.encode(eos)  # the model ends its turn with this token
+            conv.add_assistant(reply, ids)
+            probe = conv.add_user("And the weather?")
+            expect = self.encode(self.render(conv.messages, add_generation_prompt=True))
+        except Exception as exc:  # a template that cannot even render the probe: always re-render
+            return False, f"probe failed: {exc}"
+        if probe != expect:
+            return False, "delta tokenization differs from full tokenization"
+        return True, None
+
+
+class Conversation:
+    """Messages and their exact token ids. Not thread-safe; owned by one front end."""
+
+    def __init__(
+        self,
+        fmt: ChatFormat,
+        system: str | None = None,
+        tools: list[dict] | None = None,
+        messages: list[Message] | None = None,
+        _probe: bool = False,
+    ) -> None:
+        self.fmt = fmt
+        self.tools = tools
+        self.messages: list[Message] = list(messages or [])
+        self.full_renders = 0  # turns that could not use the delta (for tests and stats)
+        self._use_delta = _probe or fmt.delta_ok
+        if system is not None and not self.messages:
+            self.messages.append(Message("system", system))
+
+    @property
+    def ids(self) -> list[int]:
+        return [t for m in self.messages for t in m.token_ids]
+
+    @property
+    def text(self) -> str:
+        return "".join(m.rendered for m in self.messages)
+
+    @property
+    def system(self) -> str | None:
+        return self.messages[0].content if self.messages and self.messages[0].role == "system" else None
+
+    def add_user(self, content: str) -> list[int]:
+        """Append a user message; return the prompt ids to generate the reply from."""
+        return self._append_and_render(Message("user", content))
+
+    def add_tool_result(self, name: str, content: str) -> list[int]:
+        return self._append_and_render(Message("tool", content, name=name))
+
+    def prompt_ids(self) -> list[int]:
+        """Ids to (re)generate the reply to the last message (e.g. after dropping a reply)."""
+        if not self.messages or self.messages[-1].role not in ("user", "tool"):
+            raise ChatTemplateError("nothing to reply to: the conversation does not end with a user message")
+        return self.ids
+
+    def add_assistant(self, content: str, token_ids: list[int], finish_reason: str | None = None, **meta: Any) -> None:
+        """Record a reply with the exact ids the engine generated (they are in its cache now)."""
+        msg = Message(
+            "assistant", content, list(token_ids), self.fmt.decode(list(token_ids)), finish_reason=finish_reason
+        )
+        msg.meta.update(meta)
+        self.messages.append(msg)
+
+    def _append_and_render(self, msg: Message) -> list[int]:
+        before = self.text
+        self.messages.append(msg)
+        full = self.fmt.render(self.messages, add_generation_prompt=True, tools=self.tools)
+        if self._use_delta and full.startswith(before):
+            msg.rendered = full[len(before) :]
+            msg.token_ids = self.fmt.encode(msg.rendered)
+        else:
+            # Re-render everything into this message; earlier messages keep their text but lose ids.
+            self.full_renders += 1
+            for m in self.messages[:-1]:
+                m.token_ids, m.rendered = [], ""
+            msg.rendered = full
+            msg.token_ids = self.fmt.encode(full)
+        return self.ids
+
+    def truncated(self, n_messages: int) -> Conversation:
+        """A copy holding the first ``n_messages`` messages: a branch sharing the cached prefix."""
+        conv = Conversation(self.fmt, tools=self.tools, messages=copy.deepcopy(self.messages[:n_messages]))
+        return conv
+
+    def pop_reply(self) -> Message:
+        """Remove the last assistant message (to regenerate it)."""
+        if not self.messages or self.messages[-1].role != "assistant":
+            raise ChatTemplateError("the conversation does not end with a reply")
+        return self.messages.pop()

@@ -1,0 +1,156 @@
+"""Settings: one pydantic-settings class.
+
+Precedence, lowest first: defaults < TOML config file < ``RADIXCHAT_*`` environment variables < CLI flags.
+The config file is ``$XDG_CONFIG_HOME/radixchat/config.toml`` unless ``--config`` or
+``RADIXCHAT_CONFIG`` names another one. Every field is also a CLI flag (``cli.py`` builds them from the
+fields below, so ``--help`` can never drift from the code).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from radixchat.errors import ConfigError
+
+DEFAULT_MODEL = "smollm2"
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    return Path(os.environ.get(var) or Path.home() / fallback)
+
+
+def default_config_file() -> Path:
+    return _xdg("XDG_CONFIG_HOME", ".config") / "radixchat" / "config.toml"
+
+
+def default_cache_dir() -> Path:
+    return _xdg("XDG_CACHE_HOME", ".cache") / "radixchat"
+
+
+class Settings(BaseSettings):
+    """Everything a user can configure. Field descriptions are the ``--help`` texts."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RADIXCHAT_", extra="forbid", validate_default=True, protected_namespaces=()
+    )
+
+    # -- model and device ---------------------------------------------------------------------------
+    model: str = Field(
+        DEFAULT_MODEL,
+        description="model to run: 'smollm2' (bundled SmolLM2-135M-Instruct), a Hugging Face model "
+        "directory, a .gguf file, or a hub id (needs network)",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the model runs")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)"
+    )
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="where converted models are kept")
+
+    # -- engine ---------------------------------------------------------------------------------------
+    kv_pool_tokens: int | None = Field(
+        None, ge=16, description="KV pool size in tokens (default: 32768 on CPU, memory fraction on CUDA)"
+    )
+    kv_memory_fraction: float = Field(
+        0.85, gt=0.0, le=0.98, description="on CUDA, share of free device memory given to the KV pool"
+    )
+    max_running_requests: int = Field(32, ge=1, description="most requests decoding at once")
+    chunked_prefill_size: int = Field(
+        512, ge=1, description="most prompt tokens prefilled per step (long prompts are chunked)"
+    )
+    schedule_policy: Literal["lpm", "fcfs"] = Field(
+        "lpm", description="admission order: longest prefix match first, or first come first served"
+    )
+    radix_cache: bool = Field(True, description="reuse KV across requests (off: ablation baseline)")
+    debug: bool = Field(False, description="check cache integrity whenever the engine goes idle")
+
+    # -- default sampling -----------------------------------------------------------------------------
+    temperature: float = Field(0.7, ge=0.0, le=5.0, description="sampling temperature (0 = greedy)")
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling mass")
+    top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0 = off)")
+    repetition_penalty: float = Field(
+        1.1, gt=0.0, le=5.0, description="penalty for repeated tokens (1 = off)"
+    )
+    max_tokens: int = Field(512, ge=1, description="most tokens generated per reply")
+    seed: int | None = Field(None, description="sampling seed (default: random)")
+    system_prompt: str | None = Field(None, description="system prompt for new conversations")
+
+    # -- files --------------------------------------------------------------------------------------
+    sessions_dir: Path = Field(Path("sessions"), description="where sessions are saved")
+
+    @field_validator("cache_dir", "sessions_dir", mode="after")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    # The TOML file path is chosen at load time (``--config``), so it is threaded through a class var.
+    _toml_file: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls, overrides: dict[str, Any] | None = None, config_file: Path | str | None = None) -> Settings:
+        """Build settings from all sources; ``overrides`` are CLI flags (highest precedence).
+
+        Raises ConfigError with a one-line message naming the setting (and the file, if it is to blame).
+        """
+        explicit = config_file is not None or "RADIXCHAT_CONFIG" in os.environ
+        path = Path(config_file or os.environ.get("RADIXCHAT_CONFIG") or default_config_file()).expanduser()
+        if explicit and not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        toml_file = path if path.is_file() else None
+        if toml_file is not None:
+            _check_toml(toml_file)
+        cls._toml_file = toml_file
+        try:
+            return cls(**(overrides or {}))
+        except ValidationError as exc:
+            raise ConfigError(describe_validation_error(exc, toml_file)) from None
+        finally:
+            cls._toml_file = None
+
+
+def _check_toml(path: Path) -> None:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def describe_validation_error(exc: ValidationError, toml_file: Path | None = None) -> str:
+    """One line naming the first invalid setting, its env var, and why."""
+    err = exc.errors()[0]
+    name = ".".join(str(p) for p in err["loc"]) or "settings"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        where = f" in {toml_file}" if toml_file else ""
+        return f"unknown setting '{name}'{where}"
+    hint = f" (flag --{name.replace('_', '-')}, env RADIXCHAT_{name.upper()})"
+    return f"invalid setting '{name}': {msg}{hint}"

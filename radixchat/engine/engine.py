@@ -1,0 +1,338 @@
+"""Engine: the public async API over EngineCore.
+
+One dedicated worker thread runs every model step (torch releases the GIL, so the asyncio loop — and a
+Textual UI on it — stays responsive). The worker owns all engine state; other threads only enqueue
+requests, flag cancellations, and read ``stats()`` under a lock that the worker drops while the model
+computes. Events go back to each request's event loop with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+
+from radixchat.engine.core import EngineConfig, EngineCore
+from radixchat.engine.loader import LoadedModel, load_model
+from radixchat.engine.request import (
+    Event,
+    FinishEvent,
+    FinishReason,
+    Request,
+    SamplingParams,
+    TokenEvent,
+    TokenMatcher,
+    Usage,
+)
+from radixchat.engine.stats import EngineStats, LastRequest, TreeNodeView
+from radixchat.errors import EngineStoppedError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Completion:
+    """A finished request, collected from its events."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    usage: Usage
+    ttft_s: float | None
+    decode_tokens_per_s: float | None
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class RequestHandle:
+    """Returned by ``Engine.submit``: iterate it for events, ``cancel()`` it, or ``await result()``."""
+
+    request: Request
+    _engine: Engine
+    _loop: asyncio.AbstractEventLoop
+    _queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    _done: bool = False
+
+    @property
+    def rid(self) -> int:
+        return self.request.rid
+
+    def cancel(self) -> None:
+        """Stop at the next step; what was generated is kept (and cached)."""
+        self.request.cancelled = True
+        self._engine._wake()
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        while not self._done:
+            ev = await self._queue.get()
+            if isinstance(ev, FinishEvent):
+                self._done = True
+            yield ev
+
+    async def result(self) -> Completion:
+        text: list[str] = []
+        ids: list[int] = []
+        async for ev in self:
+            text.append(ev.text)
+            if isinstance(ev, TokenEvent):
+                ids.append(ev.token_id)
+            else:
+                return Completion(
+                    "".join(text), ids, ev.reason, ev.usage, ev.ttft_s, ev.decode_tokens_per_s, ev.error
+                )
+        raise EngineStoppedError("request ended without a finish event")
+
+
+class Engine:
+    """Load a model, then ``await start()``, ``submit()`` requests, ``await stop()``."""
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+        self.loaded = loaded
+        self.core = EngineCore(loaded, config)
+        self._cv = threading.Condition()
+        self._state_lock = threading.Lock()  # held by the worker except during forward + sampling
+        self._inbox: list[tuple[Request, RequestHandle]] = []
+        self._handles: dict[int, RequestHandle] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._last: LastRequest | None = None
+        self._snippets: dict[tuple[int, ...], str] = {}
+
+    @classmethod
+    def from_settings(cls, settings, progress: Callable[[str], None] | None = None) -> Engine:  # noqa: ANN001
+        """Load the model named by ``settings`` (a ``radixchat.config.Settings``) and build an engine."""
+        loaded = load_model(
+            settings.model,
+            device=settings.device,
+            dtype=settings.dtype,
+            cache_dir=settings.cache_dir,
+            progress=progress,
+        )
+        return cls(loaded, engine_config(settings))
+
+    # -- properties -----------------------------------------------------------------------------------
+
+    @property
+    def tokenizer(self):  # noqa: ANN201 - a transformers tokenizer
+        return self.loaded.tokenizer
+
+    @property
+    def model_name(self) -> str:
+        return self.loaded.name
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self.loaded.eos_ids
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.running:
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._worker, name="radixchat-engine", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Cancel everything in flight, let the worker finish its step, and join it."""
+        if self._thread is None:
+            return
+        for handle in list(self._handles.values()):
+            handle.request.cancelled = True
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self._thread = None
+
+    async def __aenter__(self) -> Engine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams | None = None,
+        grammar: TokenMatcher | None = None,
+    ) -> RequestHandle:
+        """Queue a request; must be called on a running event loop. Raises RequestError subclasses."""
+        if not self.running or self._stopping:
+            raise EngineStoppedError("the engine is not running")
+        loop = asyncio.get_running_loop()
+        req = self.core.make_request(prompt_ids, params, grammar)
+        handle = RequestHandle(req, self, loop)
+        with self._cv:
+            self._inbox.append((req, handle))
+            self._cv.notify()
+        return handle
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams | None = None,
+        grammar: TokenMatcher | None = None,
+    ) -> Completion:
+        return await self.submit(prompt_ids, params, grammar).result()
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify()
+
+    # -- the worker thread ----------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        core = self.core
+        torch.set_grad_enabled(False)
+        while True:
+            with self._cv:
+                while not self._inbox and not core.has_work and not self._stopping:
+                    if core.cfg.debug:
+                        with self._state_lock:
+                            core.check_integrity()
+                    self._cv.wait()
+                inbox, self._inbox = self._inbox, []
+                stopping = self._stopping
+            for req, handle in inbox:
+                self._handles[req.rid] = handle
+                if stopping:
+                    req.cancelled = True
+                core.add(req)
+            if stopping and not core.has_work:
+                return
+            try:
+                with self._state_lock:
+                    batch, events = core.schedule()
+                if batch is not None:
+                    tokens = core.forward_and_sample(batch)
+                    with self._state_lock:
+                        events += core.process(batch, tokens)
+            except Exception as exc:  # a bug or device error: fail what is in flight, keep serving
+                log.exception("engine step failed")
+                with self._state_lock:
+                    events = core.abort_all(f"engine error: {type(exc).__name__}: {exc}")
+            self._deliver(events)
+
+    def _deliver(self, events: list[tuple[Request, Event]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RequestHandle, Event]]] = {}
+        for req, ev in events:
+            handle = self._handles.get(req.rid)
+            if handle is None:
+                continue
+            if isinstance(ev, FinishEvent):
+                del self._handles[req.rid]
+                self._last = LastRequest(
+                    ev.usage.prompt_tokens,
+                    ev.usage.cached_tokens,
+                    ev.usage.completion_tokens,
+                    ev.ttft_s,
+                    ev.decode_tokens_per_s,
+                )
+            by_loop.setdefault(handle._loop, []).append((handle, ev))
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening any more
+                loop.call_soon_threadsafe(_put_all, items)
+
+    # -- introspection --------------------------------------------------------------------------------
+
+    def stats(self, tree: bool = True) -> EngineStats:
+        """A consistent snapshot; safe from any thread (waits at most for one scheduling phase)."""
+        core = self.core
+        with self._state_lock:
+            c = core.scheduler.counters
+            cache, pool = core.cache, core.pool
+            nodes = cache.snapshot() if tree else []
+            version = cache.version
+            base = dict(
+                running=len(core.scheduler.running),
+                waiting=len(core.scheduler.waiting) + len(self._inbox),
+                prompt_tokens=c.prompt_tokens,
+                cached_tokens=c.cached_tokens,
+                computed_tokens=c.computed_tokens,
+                generated_tokens=c.generated_tokens,
+                retractions=c.retractions,
+                evicted_tokens=c.evicted_tokens,
+                steps=core.steps,
+                pool_capacity=pool.capacity,
+                pool_free=pool.num_free,
+                tree_tokens=cache.total_size,
+                tree_evictable=cache.evictable_size,
+                tree_protected=cache.protected_size,
+            )
+        views = tuple(
+            TreeNodeView(n.id, n.parent_id, n.num_tokens, self._snippet(n.head_ids), n.locked, n.last_access)
+            for n in nodes
+        )
+        dev = self.loaded.device
+        allocated = reserved = None
+        if dev.type == "cuda":
+            allocated, reserved = torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev)
+        return EngineStats(
+            model=self.loaded.name,
+            device=str(dev),
+            dtype=str(self.loaded.dtype).removeprefix("torch."),
+            bytes_per_token=pool.shape.bytes_per_token,
+            device_allocated=allocated,
+            device_reserved=reserved,
+            process_rss=psutil.Process().memory_info().rss,
+            tree_version=version,
+            tree=views,
+            last_request=self._last,
+            **base,
+        )
+
+    def cached_path(self, ids: Sequence[int]) -> list[int]:
+        """Ids of the tree nodes that ``ids`` runs through (to highlight a conversation in a UI)."""
+        with self._state_lock:
+            return self.core.cache.path_node_ids(list(ids))
+
+    def _snippet(self, head: tuple[int, ...]) -> str:
+        text = self._snippets.get(head)
+        if text is None:
+            tok = self.loaded.tokenizer
+            text = (
+                tok.decode(list(head), skip_special_tokens=False)
+                if tok is not None
+                else " ".join(map(str, head))
+            )
+            if len(self._snippets) > 20000:
+                self._snippets.clear()
+            self._snippets[head] = text
+        return text
+
+
+def _put_all(items: list[tuple[RequestHandle, Event]]) -> None:
+    for handle, ev in items:
+        handle._queue.put_nowait(ev)
+
+
+def engine_config(settings) -> EngineConfig:  # noqa: ANN001
+    return EngineConfig(
+        kv_pool_tokens=settings.kv_pool_tokens,
+        kv_memory_fraction=settings.kv_memory_fraction,
+        max_running_requests=settings.max_running_requests,
+        chunked_prefill_size=settings.chunked_prefill_size,
+        schedule_policy=settings.schedule_policy,
+        radix_cache=settings.radix_cache,
+        debug=settings.debug,
+    )
+
+
+__all__ = ["Completion", "Engine", "RequestHandle", "engine_config"]

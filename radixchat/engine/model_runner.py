@@ -1,0 +1,96 @@
+"""Runs one forward pass of an unmodified transformers model over a flattened mixed batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from radixchat.engine.attention import AttentionBatch, ExtendSeq
+from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
+from radixchat.engine.request import Request
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """What the scheduler decided for one step. Decode requests come first.
+
+    For request ``i``: positions ``starts[i] .. starts[i] + num_new[i] - 1`` are fed, their K/V go to the
+    slots already written into its table row, and it samples iff it reaches the end of its ids.
+    """
+
+    reqs: list[Request]
+    starts: list[int]
+    num_new: list[int]
+    input_ids: list[int]
+    n_decode: int
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def samples(self) -> list[bool]:
+        return [s + n == r.total_len for r, s, n in zip(self.reqs, self.starts, self.num_new)]
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, pool: KVPool, table: ReqToTokenTable) -> None:
+        self.model = model
+        self.pool = pool
+        self.table = table
+        self.device = pool.device
+
+    def build_metadata(self, batch: ScheduledBatch) -> tuple[AttentionBatch, torch.Tensor, torch.Tensor]:
+        dev = self.device
+        positions: list[int] = []
+        out_rows: list[int] = []
+        out_cols: list[int] = []
+        for req, start, n in zip(batch.reqs, batch.starts, batch.num_new):
+            positions.extend(range(start, start + n))
+            out_rows.extend([req.row] * n)
+            out_cols.extend(range(start, start + n))
+        pos_t = torch.tensor(positions, dtype=torch.int64, device=dev)
+        table = self.table.table
+        out_slots = table[torch.tensor(out_rows, device=dev), pos_t]
+        meta = AttentionBatch(pool=self.pool, out_slots=out_slots, n_decode=batch.n_decode)
+        if batch.n_decode:
+            dec = batch.reqs[: batch.n_decode]
+            lens = [s + 1 for s in batch.starts[: batch.n_decode]]
+            lmax = max(lens)
+            rows = torch.tensor([r.row for r in dec], device=dev)
+            meta.decode_slots = table[rows, :lmax]
+            meta.decode_lens = torch.tensor(lens, device=dev)
+            meta.decode_uniform = min(lens) == lmax
+        q_start = batch.n_decode
+        for req, start, n in zip(
+            batch.reqs[batch.n_decode :], batch.starts[batch.n_decode :], batch.num_new[batch.n_decode :]
+        ):
+            kv_slots = table[req.row, : start + n] if start > 0 else None
+            meta.extends.append(ExtendSeq(q_start, n, start + n, kv_slots))
+            q_start += n
+        return meta, pos_t, out_slots
+
+    @torch.inference_mode()
+    def forward(self, batch: ScheduledBatch) -> torch.Tensor:
+        """Run the batch; return float32 logits ``[n_sampling, vocab]`` in request order."""
+        meta, pos_t, _ = self.build_metadata(batch)
+        keep: list[int] = []
+        offset = 0
+        for n, samples in zip(batch.num_new, batch.samples):
+            offset += n
+            if samples:
+                keep.append(offset - 1)
+        input_ids = torch.tensor(batch.input_ids, dtype=torch.int64, device=self.device)[None]
+        keep_t = torch.tensor(keep or [offset - 1], dtype=torch.int64, device=self.device)
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=pos_t[None],
+            use_cache=False,
+            radix=meta,
+            logits_to_keep=keep_t,
+        )
+        logits = out.logits[0]
+        if not keep:
+            return logits[:0].float()
+        return logits.float()

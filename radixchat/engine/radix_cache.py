@@ -1,0 +1,318 @@
+"""The radix tree: a compressed trie over token ids whose nodes own KV-pool slots.
+
+Contracts (the scheduler relies on every one of them):
+
+- ``match_prefix(ids)`` returns the slots of the longest cached prefix of ``ids`` and the node where it
+  ends (splitting a node if the match ends inside it, so the node's path is exactly the match). The slots
+  are safe to use only while that node is locked.
+- ``lock(node)`` / ``unlock(node)`` walk to the root; a node whose ``lock_ref`` crosses 0<->1 moves its
+  tokens between ``evictable_size`` and ``protected_size``. Locked nodes are never evicted.
+- ``insert(ids, slots)`` returns how many leading tokens were already cached. The tree adopts
+  ``slots[prefix_len:]``; the caller still owns ``slots[:prefix_len]`` and must free those that are not
+  the tree's own (they are duplicates) and then point at the tree's slots instead.
+- ``evict(n)`` frees unlocked leaves in LRU order, cascading to parents that become unlocked leaves, until
+  at least ``n`` tokens are freed or nothing evictable is left. It may free more than asked.
+- Splitting a node copies its ``lock_ref`` to the new parent (every lock that covered the old node's path
+  also covers the new parent).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from radixchat.engine.kv_pool import KVPool
+
+_EMPTY = torch.empty(0, dtype=torch.int64)
+
+
+class TreeNode:
+    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access")
+
+    def __init__(self, node_id: int, key: list[int], value: torch.Tensor, parent: TreeNode | None) -> None:
+        self.id = node_id
+        self.key = key  # token ids of this edge
+        self.value = value  # int64 CPU tensor of slots, same length as key
+        self.children: dict[int, TreeNode] = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access = 0
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def __repr__(self) -> str:
+        return f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref})"
+
+
+class MatchResult(NamedTuple):
+    slots: torch.Tensor  # int64 CPU, one slot per matched token
+    node: TreeNode  # the node whose root path is exactly the match
+
+    @property
+    def length(self) -> int:
+        return int(self.slots.numel())
+
+
+class InsertResult(NamedTuple):
+    prefix_len: int  # tokens of ``ids`` that were cached before this insert
+    node: TreeNode  # the node where ``ids`` ends
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One node of a tree snapshot, for drawing (no tensors, safe to hand to another thread)."""
+
+    id: int
+    parent_id: int | None
+    num_tokens: int
+    head_ids: tuple[int, ...]  # the first tokens of the edge, for a snippet
+    locked: bool
+    last_access: int
+
+
+def common_prefix_len(a: Sequence[int], a_start: int, b: Sequence[int]) -> int:
+    """Length of the common prefix of ``a[a_start:]`` and ``b``."""
+    n = min(len(a) - a_start, len(b))
+    i = 0
+    while i < n and a[a_start + i] == b[i]:
+        i += 1
+    return i
+
+
+class RadixCache:
+    def __init__(self, pool: KVPool) -> None:
+        self.pool = pool
+        self._ids = itertools.count(1)
+        self._clock = itertools.count(1)
+        self.root = TreeNode(0, [], _EMPTY, None)
+        self.root.lock_ref = 1  # the root is never evicted
+        self.evictable_size = 0
+        self.protected_size = 0
+        self.version = 0  # bumped on every structural change, so UIs know when to redraw
+
+    @property
+    def total_size(self) -> int:
+        return self.evictable_size + self.protected_size
+
+    # -- lookup ---------------------------------------------------------------------------------------
+
+    def prefix_len(self, ids: Sequence[int]) -> int:
+        """Length of the longest cached prefix, without touching LRU state or splitting."""
+        node, pos = self.root, 0
+        while pos < len(ids):
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            n = common_prefix_len(ids, pos, child.key)
+            pos += n
+            if n < len(child.key):
+                break
+            node = child
+        return pos
+
+    def peek(self, ids: Sequence[int]) -> torch.Tensor:
+        """Slots of the longest cached prefix, without touching LRU state or splitting (for checks)."""
+        node, pos, parts = self.root, 0, []
+        while pos < len(ids):
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            n = common_prefix_len(ids, pos, child.key)
+            parts.append(child.value[:n])
+            pos += n
+            if n < len(child.key):
+                break
+            node = child
+        return torch.cat(parts) if parts else _EMPTY
+
+    def path_node_ids(self, ids: Sequence[int]) -> list[int]:
+        """Ids of the nodes (root excluded) that the longest match of ``ids`` passes through."""
+        out: list[int] = []
+        node, pos = self.root, 0
+        while pos < len(ids):
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            n = common_prefix_len(ids, pos, child.key)
+            out.append(child.id)
+            pos += n
+            if n < len(child.key):
+                break
+            node = child
+        return out
+
+    def match_prefix(self, ids: Sequence[int]) -> MatchResult:
+        node, pos = self.root, 0
+        parts: list[torch.Tensor] = []
+        now = next(self._clock)
+        while pos < len(ids):
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            n = common_prefix_len(ids, pos, child.key)
+            if n < len(child.key):
+                child = self._split(child, n)
+            child.last_access = now
+            parts.append(child.value)
+            pos += n
+            node = child
+        slots = torch.cat(parts) if parts else _EMPTY
+        return MatchResult(slots, node)
+
+    # -- mutation -------------------------------------------------------------------------------------
+
+    def insert(self, ids: Sequence[int], slots: torch.Tensor) -> InsertResult:
+        if len(ids) != slots.numel():
+            raise ValueError(f"insert: {len(ids)} ids but {slots.numel()} slots")
+        node, pos = self.root, 0
+        now = next(self._clock)
+        while pos < len(ids):
+            child = node.children.get(ids[pos])
+            if child is None:
+                break
+            n = common_prefix_len(ids, pos, child.key)
+            if n < len(child.key):
+                child = self._split(child, n)
+            child.last_access = now
+            pos += n
+            node = child
+        prefix_len = pos
+        if pos < len(ids):
+            leaf = TreeNode(next(self._ids), list(ids[pos:]), slots[pos:].clone(), node)
+            leaf.last_access = now
+            node.children[leaf.key[0]] = leaf
+            self.evictable_size += len(leaf)
+            self.version += 1
+            node = leaf
+        return InsertResult(prefix_len, node)
+
+    def _split(self, node: TreeNode, at: int) -> TreeNode:
+        """Cut ``node``'s edge after ``at`` tokens; return the new upper half (the new parent)."""
+        assert 0 < at < len(node.key)
+        parent = node.parent
+        assert parent is not None
+        upper = TreeNode(next(self._ids), node.key[:at], node.value[:at], parent)
+        upper.lock_ref = node.lock_ref
+        upper.last_access = node.last_access
+        upper.children = {node.key[at]: node}
+        parent.children[upper.key[0]] = upper
+        node.key = node.key[at:]
+        node.value = node.value[at:]
+        node.parent = upper
+        self.version += 1
+        return upper
+
+    def lock(self, node: TreeNode) -> None:
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable_size -= len(node)
+                self.protected_size += len(node)
+            node.lock_ref += 1
+            node = node.parent  # type: ignore[assignment]
+
+    def unlock(self, node: TreeNode) -> None:
+        while node is not self.root:
+            if node.lock_ref <= 0:
+                raise RuntimeError(f"unlock of unlocked node {node.id}")
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self.protected_size -= len(node)
+                self.evictable_size += len(node)
+            node = node.parent  # type: ignore[assignment]
+
+    def evict(self, n: int) -> int:
+        """Free at least ``n`` tokens from unlocked leaves, least recently used first. Returns freed."""
+        if n <= 0:
+            return 0
+        heap = [(leaf.last_access, leaf.id, leaf) for leaf in self._unlocked_leaves()]
+        heapq.heapify(heap)
+        freed = 0
+        while freed < n and heap:
+            _, _, leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            assert parent is not None
+            self.pool.free(leaf.value)
+            freed += len(leaf)
+            self.evictable_size -= len(leaf)
+            del parent.children[leaf.key[0]]
+            leaf.parent = None
+            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+        if freed:
+            self.version += 1
+        return freed
+
+    def _unlocked_leaves(self) -> list[TreeNode]:
+        out, stack = [], [self.root]
+        while stack:
+            node = stack.pop()
+            if not node.children and node.lock_ref == 0 and node is not self.root:
+                out.append(node)
+            stack.extend(node.children.values())
+        return out
+
+    def reset(self) -> None:
+        """Drop every node (all must be unlocked) and free their slots."""
+        if self.protected_size:
+            raise RuntimeError("reset while requests hold locked prefixes")
+        self.evict(self.evictable_size)
+
+    # -- introspection --------------------------------------------------------------------------------
+
+    def nodes(self) -> list[TreeNode]:
+        out, stack = [], list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            stack.extend(node.children.values())
+        return out
+
+    def snapshot(self, max_nodes: int = 5000, head: int = 16) -> list[NodeInfo]:
+        """Breadth-first list of nodes (parents before children), capped at ``max_nodes``."""
+        out: list[NodeInfo] = []
+        frontier = sorted(self.root.children.values(), key=lambda c: c.id)
+        while frontier and len(out) < max_nodes:
+            nxt: list[TreeNode] = []
+            for node in frontier:
+                if len(out) >= max_nodes:
+                    break
+                parent_id = node.parent.id if node.parent is not self.root else None  # type: ignore[union-attr]
+                out.append(
+                    NodeInfo(
+                        node.id,
+                        parent_id,
+                        len(node),
+                        tuple(node.key[:head]),
+                        node.lock_ref > 0,
+                        node.last_access,
+                    )
+                )
+                nxt.extend(sorted(node.children.values(), key=lambda c: c.id))
+            frontier = nxt
+        return out
+
+    def owned_slots(self) -> list[int]:
+        return [s for node in self.nodes() for s in node.value.tolist()]
+
+    def check_integrity(self) -> None:
+        """Recount everything and compare with the incremental counters. Raises AssertionError."""
+        evictable = protected = 0
+        for node in self.nodes():
+            assert node.parent is not None and node.parent.children.get(node.key[0]) is node, node
+            assert len(node.key) == node.value.numel() > 0, node
+            assert node.lock_ref >= 0, node
+            for child in node.children.values():
+                assert child.lock_ref <= node.lock_ref, f"child {child} locked more than parent {node}"
+            if node.lock_ref:
+                protected += len(node)
+            else:
+                evictable += len(node)
+        assert (evictable, protected) == (self.evictable_size, self.protected_size), (
+            f"counters {(self.evictable_size, self.protected_size)} != recount {(evictable, protected)}"
+        )

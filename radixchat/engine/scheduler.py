@@ -1,0 +1,330 @@
+"""Continuous batching: admission, chunked prefill, eviction, retraction and release.
+
+Each step the scheduler (1) drops cancelled requests, (2) makes room for every running decode (evicting
+the tree's unlocked leaves first, then retracting the request with the fewest generated tokens),
+(3) continues chunked prefills, and (4) admits waiting requests in longest-prefix-match order under a
+token budget (``chunked_prefill_size``) and a memory budget (free + evictable slots, minus a reserve for
+the running requests' growth). The result is one flattened batch: decode tokens first, then prefill
+chunks. Slots for the step are allocated and written into the request table here, and ``kv_len`` is
+advanced here, so the slots are always owned by someone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
+from radixchat.engine.model_runner import ScheduledBatch
+from radixchat.engine.radix_cache import RadixCache, common_prefix_len
+from radixchat.engine.request import FinishReason, Request
+
+# Admission keeps room for running requests to grow by this share of their remaining max_tokens
+# (SGLang's optimistic "new token ratio"): it decays while nothing is retracted and resets on retraction.
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.1
+NEW_TOKEN_RATIO_DECAY = 0.001
+RESERVE_CLIP = 4096
+# Above this many waiting requests LPM ordering costs more than it saves (SGLang uses the same cut-off).
+LPM_MAX_QUEUE = 128
+# A waiting request whose uncached prompt shares at least this many tokens with one admitted in the
+# same step waits a step, so it can reuse that one's KV instead of computing it twice.
+IN_BATCH_PREFIX_MIN = 32
+
+
+@dataclass(slots=True)
+class SchedulerCounters:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    computed_tokens: int = 0  # tokens fed through the model (prefill and decode)
+    generated_tokens: int = 0
+    retractions: int = 0
+    evicted_tokens: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        pool: KVPool,
+        table: ReqToTokenTable,
+        cache: RadixCache,
+        *,
+        max_running: int,
+        chunk_size: int,
+        policy: str = "lpm",
+        cache_enabled: bool = True,
+    ) -> None:
+        self.pool = pool
+        self.table = table
+        self.cache = cache
+        self.max_running = max_running
+        self.chunk_size = chunk_size
+        self.policy = policy
+        self.cache_enabled = cache_enabled
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.finished: list[Request] = []  # finished by the scheduler itself (cancel, pool exhausted)
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.counters = SchedulerCounters()
+
+    # -- queue ----------------------------------------------------------------------------------------
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def drain_finished(self) -> list[Request]:
+        out, self.finished = self.finished, []
+        return out
+
+    # -- one step -------------------------------------------------------------------------------------
+
+    def schedule(self) -> ScheduledBatch | None:
+        self._drop_cancelled()
+        decodes = self._prepare_decodes()
+        budget = self.chunk_size
+        extends: list[tuple[Request, int]] = []
+        for req in self.running:
+            if req.extend_len > 1 and budget > 0:
+                n = min(req.extend_len, budget)
+                if self._alloc_for(req, n):
+                    extends.append((req, n))
+                    budget -= n
+        if budget > 0:
+            extends.extend(self._admit(budget))
+        if not decodes and not extends:
+            if self.running:  # every running prefill is stuck for memory: free some and retry next step
+                self._retract(self._pick_victim(self.running))
+            return None
+        self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
+
+        reqs, starts, num_new, input_ids = [], [], [], []
+        for req in decodes:
+            start = req.kv_len - 1
+            reqs.append(req)
+            starts.append(start)
+            num_new.append(1)
+            input_ids.append(req.all_ids[start])
+        for req, n in extends:
+            start = req.kv_len - n
+            ids = req.all_ids
+            reqs.append(req)
+            starts.append(start)
+            num_new.append(n)
+            input_ids.extend(ids[start : start + n])
+        self.counters.computed_tokens += len(input_ids)
+        return ScheduledBatch(reqs, starts, num_new, input_ids, len(decodes))
+
+    def after_forward(self, batch: ScheduledBatch) -> None:
+        """Publish every prefill chunk to the tree at once, so requests admitted later (and retries)
+        share it instead of computing it again. Decode tokens are published when the request ends."""
+        if not self.cache_enabled:
+            return
+        for req in batch.reqs[batch.n_decode :]:
+            if not req.finished and req.row >= 0:
+                self._cache_unfinished(req)
+
+    # -- decode room ----------------------------------------------------------------------------------
+
+    def _prepare_decodes(self) -> list[Request]:
+        while True:
+            decodes = [r for r in self.running if r.extend_len == 1]
+            if not decodes:
+                return []
+            shortfall = len(decodes) - self.pool.num_free
+            if shortfall > 0 and self.cache.evictable_size > 0:
+                self.counters.evicted_tokens += self.cache.evict(shortfall)
+                continue
+            if shortfall <= 0:
+                break
+            if len(self.running) == 1:
+                # Nothing left to evict or retract: this request alone has filled the pool.
+                req = self.running[0]
+                self._finish(req, FinishReason.LENGTH, error=None)
+                continue
+            self._retract(self._pick_victim(self.running))
+        for req in decodes:
+            slots = self.pool.alloc(1)
+            assert slots is not None
+            self.table.write(req.row, req.kv_len, slots)
+            req.kv_len += 1
+        return decodes
+
+    @staticmethod
+    def _pick_victim(candidates: list[Request]) -> Request:
+        # Fewest generated tokens first (least work lost); among equals, the newest request.
+        return min(candidates, key=lambda r: (len(r.output_ids), -r.rid))
+
+    def _retract(self, req: Request) -> None:
+        self.running.remove(req)
+        self._release(req)
+        self.waiting.appendleft(req)
+        self.counters.retractions += 1
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+
+    # -- admission ------------------------------------------------------------------------------------
+
+    def _reserve(self, req: Request) -> int:
+        left = min(req.params.max_tokens, req.max_total_len - len(req.prompt_ids)) - len(req.output_ids)
+        return int(min(max(left, 0), RESERVE_CLIP) * self.new_token_ratio)
+
+    def _order_waiting(self) -> list[Request]:
+        if self.policy == "lpm" and self.cache_enabled and len(self.waiting) <= LPM_MAX_QUEUE:
+            scored = [(self.cache.prefix_len(r.all_ids[:-1]), i, r) for i, r in enumerate(self.waiting)]
+            scored.sort(key=lambda t: (-t[0], t[1]))
+            return [r for _, _, r in scored]
+        return list(self.waiting)
+
+    def _admit(self, budget: int) -> list[tuple[Request, int]]:
+        admitted: list[tuple[Request, int]] = []
+        reserved = sum(self._reserve(r) for r in self.running)
+        for req in self._order_waiting():
+            if budget <= 0 or len(self.running) >= self.max_running or self.table.num_free == 0:
+                break
+            ids = req.all_ids
+            match = self.cache.match_prefix(ids[:-1]) if self.cache_enabled else None
+            match_len = match.length if match is not None else 0
+            if self.cache_enabled and self._shares_uncached_prefix(ids, match_len, admitted):
+                continue
+            n = min(len(ids) - match_len, budget)
+            if match is not None:
+                self.cache.lock(match.node)
+            available = self.pool.num_free + self.cache.evictable_size - reserved
+            if n + self._reserve(req) > available and (self.running or admitted):
+                if match is not None:
+                    self.cache.unlock(match.node)
+                break
+            req.row = self.table.alloc()
+            if match is not None:
+                req.last_node = match.node
+                self.table.write(req.row, 0, match.slots)
+            req.cache_len = req.kv_len = match_len
+            if not self._alloc_for(req, n):
+                self._release(req)  # even evicting everything unlocked is not enough; try later
+                break
+            if req.cached_tokens is None:
+                req.cached_tokens = min(match_len, len(req.prompt_ids))
+                self.counters.prompt_tokens += len(req.prompt_ids)
+                self.counters.cached_tokens += req.cached_tokens
+            self.waiting.remove(req)
+            self.running.append(req)
+            admitted.append((req, n))
+            reserved += self._reserve(req)
+            budget -= n
+        return admitted
+
+    @staticmethod
+    def _shares_uncached_prefix(ids: list[int], match_len: int, admitted: list[tuple[Request, int]]) -> bool:
+        for other, _ in admitted:
+            if common_prefix_len(ids, 0, other.all_ids) - match_len >= IN_BATCH_PREFIX_MIN:
+                return True
+        return False
+
+    def _alloc_for(self, req: Request, n: int) -> bool:
+        """Give ``req`` ``n`` new slots at positions kv_len.. (evicting if needed) and advance kv_len."""
+        if self.pool.num_free < n and self.cache.evictable_size > 0:
+            self.counters.evicted_tokens += self.cache.evict(n - self.pool.num_free)
+        slots = self.pool.alloc(n)
+        if slots is None:
+            return False
+        self.table.write(req.row, req.kv_len, slots)
+        req.kv_len += n
+        return True
+
+    # -- release --------------------------------------------------------------------------------------
+
+    def _cache_unfinished(self, req: Request) -> None:
+        ids = req.all_ids[: req.kv_len]
+        slots = self.table.read(req.row, 0, req.kv_len)
+        res = self.cache.insert(ids, slots)
+        if res.prefix_len > req.cache_len:
+            self.pool.free(slots[req.cache_len : res.prefix_len])
+        match = self.cache.match_prefix(ids)
+        assert match.length == req.kv_len
+        self.table.write(req.row, 0, match.slots)
+        self.cache.lock(match.node)
+        if req.last_node is not None:
+            self.cache.unlock(req.last_node)
+        req.last_node = match.node
+        req.cache_len = req.kv_len
+
+    def _release(self, req: Request, insert: bool = True) -> None:
+        """Give back everything a running request holds; its computed KV goes to the tree."""
+        if req.row < 0:
+            return
+        private = self.table.read(req.row, req.cache_len, req.kv_len)
+        if insert and self.cache_enabled and req.kv_len > 0:
+            slots = self.table.read(req.row, 0, req.kv_len)
+            res = self.cache.insert(req.all_ids[: req.kv_len], slots)
+            dup_end = max(res.prefix_len, req.cache_len)
+            self.pool.free(slots[req.cache_len : dup_end])
+        else:
+            self.pool.free(private)
+        if req.last_node is not None:
+            self.cache.unlock(req.last_node)
+        self.table.free(req.row)
+        req.row = -1
+        req.last_node = None
+        req.kv_len = req.cache_len = 0
+
+    def finish(
+        self, req: Request, reason: FinishReason, error: str | None = None, insert: bool = True
+    ) -> None:
+        """Mark a running request finished and release it (called by the engine after sampling)."""
+        req.finish_reason = reason
+        req.error = error
+        if req in self.running:
+            self.running.remove(req)
+        self._release(req, insert=insert)
+
+    def _finish(self, req: Request, reason: FinishReason, error: str | None) -> None:
+        self.finish(req, reason, error)
+        self.finished.append(req)
+
+    def _drop_cancelled(self) -> None:
+        for req in [r for r in self.waiting if r.cancelled]:
+            self.waiting.remove(req)
+            req.finish_reason = FinishReason.CANCELLED
+            self.finished.append(req)
+        for req in [r for r in self.running if r.cancelled]:
+            self._finish(req, FinishReason.CANCELLED, None)
+
+    def abort_all(self, error: str) -> list[Request]:
+        """Fail every request (after an engine error); KV computed in a failed step is not trusted."""
+        out = []
+        for req in list(self.running):
+            self.finish(req, FinishReason.ERROR, error, insert=False)
+            out.append(req)
+        while self.waiting:
+            req = self.waiting.popleft()
+            req.finish_reason, req.error = FinishReason.ERROR, error
+            out.append(req)
+        return out
+
+    # -- invariants -----------------------------------------------------------------------------------
+
+    def check_integrity(self) -> None:
+        """free + tree-owned + private-to-running == capacity, with no slot counted twice."""
+        self.cache.check_integrity()
+        free = self.pool.free_set()
+        tree = self.cache.owned_slots()
+        private: list[int] = []
+        for req in self.running:
+            assert req.row >= 0 and 0 <= req.cache_len <= req.kv_len <= req.total_len, req
+            private.extend(self.table.read(req.row, req.cache_len, req.kv_len).tolist())
+            if req.cache_len:
+                assert req.last_node is not None
+                expect = self.cache.peek(req.all_ids[: req.cache_len])
+                got = self.table.read(req.row, 0, req.cache_len)
+                assert torch.equal(expect, got), f"request {req.rid} points at slots the tree does not own"
+        for req in self.waiting:
+            assert req.row < 0 and req.kv_len == 0, req
+        owned = len(free) + len(tree) + len(private)
+        assert len(set(tree) | set(private) | free) == owned, "a slot is owned twice"
+        assert owned == self.pool.capacity, f"{owned} slots accounted for, pool has {self.pool.capacity}"
+        assert 0 not in free and 0 not in tree and 0 not in private

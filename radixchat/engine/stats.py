@@ -1,0 +1,68 @@
+"""EngineStats: everything a front end may show, as plain data (no tensors, no live objects)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TreeNodeView:
+    id: int
+    parent_id: int | None  # None: a child of the root
+    num_tokens: int
+    snippet: str  # the start of the node's text
+    locked: bool  # in use by a running request (not evictable)
+    last_access: int
+
+
+@dataclass(frozen=True, slots=True)
+class LastRequest:
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft_s: float | None
+    decode_tokens_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    model: str
+    device: str
+    dtype: str
+    running: int
+    waiting: int
+    # totals since start
+    prompt_tokens: int
+    cached_tokens: int
+    computed_tokens: int  # tokens run through the model (prefill and decode)
+    generated_tokens: int
+    retractions: int
+    evicted_tokens: int
+    steps: int
+    # KV pool
+    pool_capacity: int
+    pool_free: int
+    tree_tokens: int
+    tree_evictable: int
+    tree_protected: int
+    bytes_per_token: int
+    # memory
+    device_allocated: int | None  # CUDA bytes allocated (None on CPU)
+    device_reserved: int | None
+    process_rss: int
+    # the radix tree, parents before children
+    tree_version: int
+    tree: tuple[TreeNodeView, ...] = field(default=())
+    last_request: LastRequest | None = None
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def pool_used(self) -> int:
+        return self.pool_capacity - self.pool_free
+
+    @property
+    def pool_bytes(self) -> int:
+        return (self.pool_capacity + 1) * self.bytes_per_token

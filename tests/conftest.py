@@ -1,0 +1,111 @@
+"""Shared fixtures: tiny random models (shapes and equality) and the real default model (behaviour)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# Tests never touch the network; a hub id must fail fast and clearly.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    MistralConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+from radixchat.config import default_cache_dir  # noqa: E402
+from radixchat.engine.loader import LoadedModel, describe_model, resolve_model  # noqa: E402
+
+TINY_VOCAB = 512
+
+
+def tiny_config(arch: str):
+    common = dict(
+        vocab_size=TINY_VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    if arch == "llama":
+        return LlamaConfig(**common)
+    if arch == "qwen2":
+        return Qwen2Config(**common)
+    if arch == "qwen3":
+        return Qwen3Config(**common, head_dim=32)  # head_dim set explicitly, not hidden/heads
+    if arch == "mistral":
+        return MistralConfig(**common, sliding_window=24)
+    raise ValueError(arch)
+
+
+def build_pair(config, dtype=torch.float32, seed: int = 0):
+    """(engine model using radix attention, reference model using sdpa) with identical weights."""
+    torch.manual_seed(seed)
+    ref = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="sdpa", dtype=dtype).eval()
+    # Random init leaves the logits nearly flat; scale them up so greedy argmax is decisive.
+    with torch.no_grad():
+        ref.get_output_embeddings().weight.mul_(8.0)
+    model = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="radix", dtype=dtype).eval()
+    model.load_state_dict(ref.state_dict())
+    return model, ref
+
+
+@pytest.fixture(scope="session")
+def smol_dir() -> Path:
+    """The bundled default model, converted once into the user's cache (as the app does)."""
+    return resolve_model("smollm2", default_cache_dir())[1]
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer(smol_dir):
+    return AutoTokenizer.from_pretrained(smol_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(smol_tokenizer):
+    """arch -> (LoadedModel with radix attention, sdpa reference). Token ids < 512 decode with SmolLM2."""
+    out = {}
+    for arch in ("llama", "qwen2", "qwen3", "mistral"):
+        model, ref = build_pair(tiny_config(arch))
+        out[arch] = (describe_model(model, smol_tokenizer, f"tiny-{arch}", Path(".")), ref)
+    return out
+
+
+@pytest.fixture(scope="session")
+def smol(smol_dir, smol_tokenizer) -> tuple[LoadedModel, torch.nn.Module]:
+    """(the real default model in float32 with radix attention, an sdpa reference copy)."""
+    import radixchat.engine.attention  # noqa: F401  (registers "radix")
+
+    model = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32, attn_implementation="radix").eval()
+    ref = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    return describe_model(model, smol_tokenizer, "SmolLM2-135M-Instruct", smol_dir), ref
+
+
+def hf_greedy(ref, prompt: list[int], n: int, eos_ids=None) -> list[int]:
+    """What plain transformers generate() produces (the oracle)."""
+    out = ref.generate(
+        torch.tensor([prompt]),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        max_new_tokens=n,
+        do_sample=False,
+        eos_token_id=list(eos_ids) if eos_ids else None,
+        pad_token_id=0,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+    )
+    return out[0, len(prompt) :].tolist()
