@@ -172,17 +172,24 @@ class Engine:
         prompt_ids: Sequence[int],
         params: SamplingParams | None = None,
         grammar: TokenMatcher | None = None,
+        *,
+        _warmup: bool = False,
     ) -> RequestHandle:
         """Queue a request; must be called on a running event loop. Raises RequestError subclasses."""
         if not self.running or self._stopping:
             raise EngineStoppedError("the engine is not running")
         loop = asyncio.get_running_loop()
         req = self.core.make_request(prompt_ids, params, grammar)
+        req.warmup = _warmup
         handle = RequestHandle(req, self, loop)
         with self._cv:
             self._inbox.append((req, handle))
             self._cv.notify()
         return handle
+
+    def prefill(self, prompt_ids: Sequence[int]) -> RequestHandle:
+        """Compute and cache the KV of ``prompt_ids`` in the background (not counted in hit rates)."""
+        return self.submit(prompt_ids, SamplingParams(max_tokens=1), _warmup=True)
 
     async def generate(
         self,
@@ -238,6 +245,7 @@ class Engine:
                 continue
             if isinstance(ev, FinishEvent):
                 del self._handles[req.rid]
+            if isinstance(ev, FinishEvent) and not req.warmup:
                 self._last = LastRequest(
                     ev.usage.prompt_tokens,
                     ev.usage.cached_tokens,

@@ -42,8 +42,12 @@ class KVPool:
         self.capacity = capacity
         self.device = device
         size = (capacity + 1, shape.num_kv_heads, shape.head_dim)
-        self.k = [torch.zeros(size, dtype=shape.dtype, device=device) for _ in range(shape.num_layers)]
-        self.v = [torch.zeros(size, dtype=shape.dtype, device=device) for _ in range(shape.num_layers)]
+        # Uninitialised (allocating gigabytes of zeros takes seconds); only the dummy slot must be finite,
+        # because padded gathers read it and a masked NaN still poisons attention.
+        self.k = [torch.empty(size, dtype=shape.dtype, device=device) for _ in range(shape.num_layers)]
+        self.v = [torch.empty(size, dtype=shape.dtype, device=device) for _ in range(shape.num_layers)]
+        for t in (*self.k, *self.v):
+            t[0].zero_()
         # Stack order: pop from the end, so low slots are handed out first (nicer to read in tests).
         self._free: list[int] = list(range(capacity, 0, -1))
         self._is_free = bytearray(capacity + 1)

@@ -59,9 +59,13 @@ class ModelRunner:
             lens = [s + 1 for s in batch.starts[: batch.n_decode]]
             lmax = max(lens)
             rows = torch.tensor([r.row for r in dec], device=dev)
-            meta.decode_slots = table[rows, :lmax]
-            meta.decode_lens = torch.tensor(lens, device=dev)
+            lens_t = torch.tensor(lens, device=dev)
+            slots = table[rows, :lmax]
             meta.decode_uniform = min(lens) == lmax
+            if not meta.decode_uniform:  # padding reads the dummy slot, never stale (maybe NaN) memory
+                slots = slots.masked_fill(torch.arange(lmax, device=dev)[None, :] >= lens_t[:, None], 0)
+            meta.decode_slots = slots
+            meta.decode_lens = lens_t
         q_start = batch.n_decode
         for req, start, n in zip(
             batch.reqs[batch.n_decode :], batch.starts[batch.n_decode :], batch.num_new[batch.n_decode :]

@@ -143,7 +143,7 @@ class Request:
     cancelled: bool = False
     generator: torch.Generator | None = None
     detok: Any = None  # the detokenizer, set by the engine
-    user_data: Any = None
+    warmup: bool = False  # a background prefill: not counted in hit-rate statistics
 
     submitted_at: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None

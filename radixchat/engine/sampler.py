@@ -32,6 +32,7 @@ class Sampler:
         self.vocab_size = vocab_size
         self.eos_ids = eos_ids
 
+    @torch.inference_mode()
     def sample(self, logits: torch.Tensor, reqs: list[Request]) -> list[int]:
         """One token per request. ``logits`` is float32 ``[len(reqs), vocab]`` and may be modified."""
         if logits.shape[1] > self.vocab_size:  # padded lm_head

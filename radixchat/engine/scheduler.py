@@ -209,8 +209,9 @@ class Scheduler:
                 break
             if req.cached_tokens is None:
                 req.cached_tokens = min(match_len, len(req.prompt_ids))
-                self.counters.prompt_tokens += len(req.prompt_ids)
-                self.counters.cached_tokens += req.cached_tokens
+                if not req.warmup:
+                    self.counters.prompt_tokens += len(req.prompt_ids)
+                    self.counters.cached_tokens += req.cached_tokens
             self.waiting.remove(req)
             self.running.append(req)
             admitted.append((req, n))

@@ -159,3 +159,15 @@ def test_real_model_under_memory_pressure_matches_generate(smol, smol_tokenizer)
     core, reqs = run(loaded, cfg, prompts, 20, ignore_eos=False)
     assert core.scheduler.counters.retractions > 0
     assert_matches_hf(ref, prompts, reqs, 20, loaded.eos_ids)
+
+
+def test_stale_pool_memory_never_reaches_attention(tiny_models):
+    """The pool is allocated uninitialised; padded decode gathers must read only the dummy slot."""
+    loaded, ref = tiny_models["llama"]
+    core = EngineCore(loaded, EngineConfig(kv_pool_tokens=1024))
+    for t in (*core.pool.k, *core.pool.v):
+        t[1:] = float("nan")
+    prompts = make_prompts(seed=21)
+    reqs = [core.make_request(p, SamplingParams(max_tokens=10, ignore_eos=True)) for p in prompts]
+    core.run_until_done(reqs)
+    assert_matches_hf(ref, prompts, reqs, 10)

@@ -1,0 +1,5 @@
+import sys
+
+from radixchat.cli import main
+
+sys.exit(main())

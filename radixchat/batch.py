@@ -1,0 +1,363 @@
+"""``radixchat --batch FILE``: headless conversations from JSON Lines, results as JSON Lines.
+
+Every conversation runs concurrently through the engine's continuous batching (turns of one conversation
+in order). A record is written and flushed as soon as its turn finishes, so a killed run keeps everything
+completed; ``--ordered`` writes records in input order instead. Bad lines yield an error record naming the
+line and id; the other lines still run. Exit codes: 0 all ok, 1 some conversation failed, 2 usage error,
+3 model failed to load, 130 interrupted. This module never imports Textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from radixchat.chat.backend import LocalBackend, TurnResult
+from radixchat.chat.conversation import Conversation
+from radixchat.chat.session import (
+    SamplingSettings,
+    conversation_from_session,
+    load_session,
+    save_session,
+    session_from_conversation,
+    session_path,
+)
+from radixchat.config import Settings
+from radixchat.engine import Engine, SamplingParams
+from radixchat.errors import RadixchatError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class BatchLine(BaseModel):
+    """One input line: a conversation."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    id: str | int
+    system: str | None = None
+    turns: list[str] = Field(min_length=1)
+    mode: Literal["chat", "json", "tool"] = "chat"
+    json_schema: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: float | None = Field(default=None, ge=0.0, le=5.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=5.0)
+    seed: int | None = None
+    stop: list[str] | None = None
+    session: str | None = None
+    tools: list[str] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> BatchLine:
+        if self.session is not None and self.system is not None:
+            raise ValueError("'system' and 'session' cannot both be given (the session has its system prompt)")
+        if self.json_schema is not None and self.mode != "json":
+            raise ValueError("'schema' needs \"mode\": \"json\"")
+        return self
+
+
+@dataclass(slots=True)
+class Job:
+    line: int
+    id: str | int | None
+    spec: BatchLine | None = None
+    error: str | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    failed: bool = False
+
+
+def record(job: Job, turn: int | None, result: TurnResult | None = None, error: str | None = None) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "line": job.line,
+        "turn": turn,
+        "reply": result.message.content if result else None,
+        "finish_reason": result.finish_reason if result else "error",
+        "usage": result.usage() if result else None,
+        "ttft_ms": round(result.ttft_ms, 2) if result and result.ttft_ms is not None else None,
+        "decode_tokens_per_s": (
+            round(result.decode_tokens_per_s, 2) if result and result.decode_tokens_per_s is not None else None
+        ),
+        "error": error if error is not None else (result.error if result else None),
+    }
+
+
+def parse_lines(text: str) -> list[Job]:
+    """One job per non-blank line; invalid lines become jobs that carry their error."""
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        job = Job(lineno, None)
+        jobs.append(job)
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            job.error = f"line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+            continue
+        if isinstance(data, dict) and isinstance(data.get("id"), (str, int)):
+            job.id = data["id"]
+        try:
+            job.spec = BatchLine.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "line"
+            msg = err["msg"].removeprefix("Value error, ")
+            job.error = f"line {lineno}{_id_note(job)}: {where}: {msg}"
+            continue
+        key = str(job.spec.id)
+        if key in seen:
+            job.error = f"line {lineno}{_id_note(job)}: duplicate id"
+            job.spec = None
+        seen.add(key)
+    return jobs
+
+
+def _id_note(job: Job) -> str:
+    return f" (id {job.id!r})" if job.id is not None else ""
+
+
+class Writer:
+    """Writes records as they finish (or in input order with ``ordered``), flushing every line."""
+
+    def __init__(self, out: IO[str], jobs: list[Job], ordered: bool) -> None:
+        self.out, self.jobs, self.ordered = out, jobs, ordered
+        self._next_job = 0
+        self._written: dict[int, int] = {}  # job index -> records written
+
+    def add(self, job: Job, rec: dict[str, Any]) -> None:
+        job.records.append(rec)
+        if not self.ordered:
+            self._write(rec)
+        else:
+            self._drain()
+
+    def finish(self, job: Job) -> None:
+        job.done = True
+        if self.ordered:
+            self._drain()
+
+    def flush_all(self) -> None:
+        """On interrupt: everything completed so far, in order."""
+        for i, job in enumerate(self.jobs):
+            for rec in job.records[self._written.get(i, 0) :] if self.ordered else []:
+                self._write(rec)
+
+    def _drain(self) -> None:
+        while self._next_job < len(self.jobs):
+            i = self._next_job
+            job = self.jobs[i]
+            done = self._written.get(i, 0)
+            for rec in job.records[done:]:
+                self._write(rec)
+            self._written[i] = len(job.records)
+            if not job.done:
+                return
+            self._next_job += 1
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        self.out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        self.out.flush()
+
+
+class Progress:
+    """A single updating line on a terminal; silent otherwise."""
+
+    def __init__(self, total_turns: int, stream: IO[str] = sys.stderr) -> None:
+        self.total, self.done, self.stream = total_turns, 0, stream
+        self.tty = stream.isatty()
+
+    def turn_done(self) -> None:
+        self.done += 1
+        if self.tty:
+            width = 30
+            filled = int(width * self.done / max(self.total, 1))
+            bar = "█" * filled + "·" * (width - filled)
+            self.stream.write(f"\r{bar} {self.done}/{self.total} turns")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.done:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def sampling_for(spec: BatchLine, settings: Settings, saved: SamplingSettings | None = None) -> SamplingParams:
+    def pick(name: str) -> Any:
+        for source in (spec, saved):
+            value = getattr(source, name, None) if source is not None else None
+            if value is not None:
+                return value
+        return getattr(settings, name)
+
+    return SamplingParams(
+        max_tokens=pick("max_tokens"),
+        temperature=pick("temperature"),
+        top_p=pick("top_p"),
+        top_k=pick("top_k"),
+        repetition_penalty=pick("repetition_penalty"),
+        seed=pick("seed"),
+        stop=tuple(spec.stop or ()),
+    )
+
+
+class BatchRunner:
+    def __init__(self, backend: LocalBackend, settings: Settings, writer: Writer, progress: Progress, save_dir: Path | None):
+        self.backend = backend
+        self.settings = settings
+        self.writer = writer
+        self.progress = progress
+        self.save_dir = save_dir
+        self.turns = 0
+
+    async def run_job(self, job: Job) -> None:
+        try:
+            await self._run(job)
+        finally:
+            self.writer.finish(job)
+
+    async def _run(self, job: Job) -> None:
+        spec = job.spec
+        if spec is None:
+            job.failed = True
+            self.writer.add(job, record(job, None, error=job.error))
+            return
+        saved = None
+        try:
+            if spec.session is not None:
+                saved = load_session(Path(spec.session), expect_model=self.backend.model_name)
+                conv = conversation_from_session(saved, self.backend.fmt, self.backend.model_name)
+            else:
+                conv = self.backend.new_conversation(system=spec.system if spec.system is not None else self.settings.system_prompt)
+            if spec.mode != "chat":
+                raise RadixchatError(f"mode '{spec.mode}' is not available in this build yet")
+            params = sampling_for(spec, self.settings, saved.sampling if saved else None)
+        except RadixchatError as exc:
+            job.failed = True
+            self.writer.add(job, record(job, None, error=f"line {job.line}{_id_note(job)}: {exc}"))
+            return
+        for turn, text in enumerate(spec.turns):
+            try:
+                conv.add_user(text)
+                result = await self.backend.reply(conv, params).result()
+            except RadixchatError as exc:
+                job.failed = True
+                self.writer.add(job, record(job, turn, error=f"line {job.line}{_id_note(job)} turn {turn}: {exc}"))
+                break
+            self.turns += 1
+            self.progress.turn_done()
+            if result.finish_reason == "error":
+                job.failed = True
+            self.writer.add(job, record(job, turn, result))
+            if result.finish_reason in ("error", "cancelled"):
+                break
+        if self.save_dir is not None:
+            self._save(job, conv, spec, saved)
+
+    def _save(self, job: Job, conv: Conversation, spec: BatchLine, saved: Any) -> None:
+        name = str(spec.id)
+        sampling = SamplingSettings(
+            temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
+            repetition_penalty=spec.repetition_penalty, max_tokens=spec.max_tokens, seed=spec.seed,
+        )
+        session = session_from_conversation(
+            conv, name=name, model=self.backend.model_name, mode=spec.mode, base=saved, sampling=sampling
+        )
+        try:
+            save_session(session, session_path(self.save_dir, name))
+        except OSError as exc:
+            job.failed = True
+            print(f"radixchat: cannot save session {name!r}: {exc}", file=sys.stderr)
+
+
+def read_input(source: str) -> str:
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RadixchatError(f"batch file not found: {source}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RadixchatError(f"cannot read batch file {source}: {exc}") from None
+
+
+def run_batch(settings: Settings, ns: argparse.Namespace) -> int:
+    """Entry point from the CLI. ModelLoadError propagates (exit 3)."""
+    try:
+        text = read_input(ns.batch)
+    except RadixchatError as exc:
+        print(f"radixchat: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    jobs = parse_lines(text)
+    if not jobs:
+        print("radixchat: the batch input has no conversations", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        out = open(ns.output, "w", encoding="utf-8") if ns.output else sys.stdout  # noqa: SIM115
+    except OSError as exc:
+        print(f"radixchat: cannot write {ns.output}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(_run_all(settings, jobs, out, ns))
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+async def _run_all(settings: Settings, jobs: list[Job], out: IO[str], ns: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    loop = asyncio.get_running_loop()
+    engine = await loop.run_in_executor(None, Engine.from_settings, settings)
+    writer = Writer(out, jobs, ns.ordered)
+    progress = Progress(sum(len(j.spec.turns) for j in jobs if j.spec))
+    runner = BatchRunner(LocalBackend(engine), settings, writer, progress, ns.save_sessions)
+    await engine.start()
+    main = asyncio.current_task()
+    assert main is not None
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        main.cancel()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        await asyncio.gather(*(runner.run_job(j) for j in jobs))
+    except asyncio.CancelledError:
+        if not interrupted:
+            raise
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+        await engine.stop()
+        progress.close()
+    if interrupted:
+        writer.flush_all()
+        print("radixchat: interrupted; completed turns were written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    stats = engine.stats(tree=False)
+    wall = time.perf_counter() - started
+    print(
+        f"radixchat: {len(jobs)} conversations, {runner.turns} turns, {stats.prompt_tokens} prompt tokens "
+        f"({stats.hit_rate:.1%} cached), {stats.generated_tokens} generated, {wall:.1f} s, "
+        f"{stats.generated_tokens / wall:.1f} tok/s",
+        file=sys.stderr,
+    )
+    return EXIT_FAILED if any(j.failed for j in jobs) else EXIT_OK

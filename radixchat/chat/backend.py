@@ -1,0 +1,149 @@
+"""The seam between front ends (TUI, batch) and whatever generates replies.
+
+``ChatBackend`` is what the TUI and batch mode use; ``LocalBackend`` runs the in-process engine. A remote
+OpenAI-compatible backend implements the same protocol. A ``Reply`` streams text deltas, can be
+cancelled, and on completion appends the assistant message — with the exact generated ids — to the
+conversation, so the next turn is a pure prefix extension.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from radixchat.chat.conversation import ChatFormat, Conversation, Message
+from radixchat.engine import Engine, EngineStats, FinishEvent, SamplingParams, TokenEvent, TokenMatcher
+
+
+@dataclass(slots=True)
+class TurnResult:
+    message: Message
+    finish_reason: str  # stop | length | cancelled | error
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft_ms: float | None
+    decode_tokens_per_s: float | None
+    error: str | None = None
+
+    @property
+    def prefilled_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+    def footer(self) -> str:
+        """``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s``"""
+        parts = [f"reused {self.cached_tokens}", f"prefilled {self.prefilled_tokens}"]
+        if self.ttft_ms is not None:
+            parts.append(f"TTFT {self.ttft_ms:.0f} ms")
+        if self.decode_tokens_per_s is not None:
+            parts.append(f"{self.decode_tokens_per_s:.0f} tok/s")
+        return " · ".join(parts)
+
+
+class Reply(Protocol):
+    def __aiter__(self) -> AsyncIterator[str]: ...
+    def cancel(self) -> None: ...
+    async def result(self) -> TurnResult: ...
+
+
+class ChatBackend(Protocol):
+    model_name: str
+    fmt: ChatFormat
+
+    def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation: ...
+    def reply(self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None) -> Reply: ...
+    def stats(self) -> EngineStats | None: ...
+
+
+class LocalReply:
+    """One streaming reply from the in-process engine."""
+
+    def __init__(self, conv: Conversation, handle: Any) -> None:
+        self._conv = conv
+        self._handle = handle
+        self._ids: list[int] = []
+        self._text: list[str] = []
+        self._result: TurnResult | None = None
+        self._done = asyncio.Event()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._stream()
+
+    async def _stream(self) -> AsyncIterator[str]:
+        async for ev in self._handle:
+            if isinstance(ev, TokenEvent):
+                self._ids.append(ev.token_id)
+            if ev.text:
+                self._text.append(ev.text)
+                yield ev.text
+            if isinstance(ev, FinishEvent):
+                self._finish(ev)
+
+    def _finish(self, ev: FinishEvent) -> None:
+        text = "".join(self._text)
+        reason = ev.reason.value
+        ttft_ms = ev.ttft_s * 1000 if ev.ttft_s is not None else None
+        self._conv.add_assistant(
+            text,
+            self._ids,
+            reason,
+            usage=ev.usage.as_dict(),
+            ttft_ms=ttft_ms,
+            decode_tokens_per_s=ev.decode_tokens_per_s,
+        )
+        u = ev.usage
+        self._result = TurnResult(
+            self._conv.messages[-1],
+            reason,
+            u.prompt_tokens,
+            u.cached_tokens,
+            u.completion_tokens,
+            ttft_ms,
+            ev.decode_tokens_per_s,
+            ev.error,
+        )
+        self._done.set()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    async def result(self) -> TurnResult:
+        if self._result is None:
+            async for _ in self:
+                pass
+        assert self._result is not None
+        return self._result
+
+
+class LocalBackend:
+    """Chat over the in-process engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.model_name = engine.model_name
+        self.fmt = ChatFormat(engine.tokenizer)
+
+    def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
+        return Conversation(self.fmt, system=system, tools=tools)
+
+    def reply(self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None) -> LocalReply:
+        """Start generating the reply to the conversation's last message (raises RequestError)."""
+        handle = self.engine.submit(conv.prompt_ids(), params, grammar)
+        return LocalReply(conv, handle)
+
+    def warm(self, ids: Sequence[int]) -> None:
+        """Prefill ``ids`` in the background (e.g. an opened session's history) so the next turn hits."""
+        if len(ids) > 1:
+            self.engine.prefill(ids)
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()

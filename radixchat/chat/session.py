@@ -1,0 +1,188 @@
+"""Session files: one versioned JSON format, validated by pydantic, written atomically.
+
+The TUI and batch mode both read and write sessions through this module only. A file is never modified
+on load, whatever is wrong with it. Token ids are stored with each message so a reopened conversation
+continues from exactly the sequence the engine cached; they are dropped when the model differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from radixchat.chat.conversation import ChatFormat, Conversation, Message
+from radixchat.errors import SessionError
+
+SESSION_VERSION = 1
+Mode = Literal["chat", "json", "tool"]
+
+# version -> function upgrading a raw dict of that version to the next one
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class SessionMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    token_ids: list[int] | None = None
+    finish_reason: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    name: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class SamplingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+
+class SessionFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    version: Literal[1] = SESSION_VERSION
+    name: str
+    model: str
+    mode: Mode = "chat"
+    system_prompt: str | None = None
+    json_schema: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    tools: list[str] = Field(default_factory=list)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    messages: list[SessionMessage] = Field(default_factory=list)
+    notes: str = ""  # scratch text for the session-notes tools
+    created_at: datetime = Field(default_factory=now)
+    updated_at: datetime = Field(default_factory=now)
+
+    @property
+    def turns(self) -> int:
+        return sum(1 for m in self.messages if m.role == "user")
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe session name (letters, digits, '-', '_', '.')."""
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in name.strip()).strip(".-")
+    return cleaned[:120] or "session"
+
+
+def session_path(sessions_dir: Path, name: str) -> Path:
+    return Path(sessions_dir) / f"{safe_name(name)}.json"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory, fsync, rename, fsync the directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save_session(session: SessionFile, path: Path) -> Path:
+    session.updated_at = now()
+    atomic_write_text(path, session.model_dump_json(by_alias=True, indent=2, exclude_none=False) + "\n")
+    return Path(path)
+
+
+def load_session(path: Path, expect_model: str | None = None) -> SessionFile:
+    """Read and validate a session file. Raises SessionError (one line) and never touches the file."""
+    path = Path(path)
+    try:
+        raw_text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SessionError(f"session file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SessionError(f"cannot read session {path}: {exc}") from None
+    try:
+        raw = json.loads(raw_text)
+    except json.JSONDecodeError as exc:
+        raise SessionError(f"session {path} is not valid JSON (truncated?): line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(raw, dict):
+        raise SessionError(f"session {path} is not a JSON object")
+    version = raw.get("version")
+    if not isinstance(version, int):
+        raise SessionError(f"session {path} has no version number")
+    while version in MIGRATIONS:
+        raw = MIGRATIONS[version](raw)
+        version = raw["version"]
+    if version != SESSION_VERSION:
+        raise SessionError(f"session {path} has version {version}; this radixchat reads version {SESSION_VERSION}")
+    try:
+        session = SessionFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise SessionError(f"session {path} is invalid at '{where}': {err['msg']}") from None
+    if expect_model is not None and session.model != expect_model:
+        raise SessionError(f"session {path} was saved with model '{session.model}', not '{expect_model}'")
+    return session
+
+
+def conversation_from_session(session: SessionFile, fmt: ChatFormat, model: str, tools: list[dict] | None = None) -> Conversation:
+    """Rebuild a conversation. Token ids are kept only for the same model (they are its tokenizer's)."""
+    same_model = session.model == model
+    messages = []
+    for m in session.messages:
+        ids = list(m.token_ids) if same_model and m.token_ids is not None else []
+        messages.append(
+            Message(
+                m.role, m.content, ids, fmt.decode(ids) if ids else "", m.finish_reason, m.tool_calls, m.name, dict(m.meta)
+            )
+        )
+    if not same_model or any(m.role != "system" and not m.token_ids for m in messages):
+        for m in messages:  # partial ids are useless: the next turn renders the whole conversation
+            m.token_ids, m.rendered = [], ""
+    if session.system_prompt is not None and not (messages and messages[0].role == "system"):
+        messages.insert(0, Message("system", session.system_prompt))
+    return Conversation(fmt, tools=tools, messages=messages)
+
+
+def session_from_conversation(
+    conv: Conversation, *, name: str, model: str, mode: Mode = "chat", base: SessionFile | None = None, **fields: Any
+) -> SessionFile:
+    msgs = [
+        SessionMessage(
+            role=m.role,
+            content=m.content,
+            token_ids=list(m.token_ids) if m.token_ids else None,
+            finish_reason=m.finish_reason,
+            tool_calls=m.tool_calls,
+            name=m.name,
+            meta=dict(m.meta),
+        )
+        for m in conv.messages
+    ]
+    data: dict[str, Any] = base.model_dump(by_alias=False) if base is not None else {}
+    data.update(name=name, model=model, mode=mode, system_prompt=conv.system, messages=msgs, **fields)
+    return SessionFile.model_validate(data)

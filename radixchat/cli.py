@@ -1,0 +1,112 @@
+"""The ``radixchat`` command: the chat app by default, ``--batch`` for headless runs.
+
+Every ``Settings`` field is a flag (``--kv-pool-tokens``, ``--no-radix-cache``, ...), generated from the
+fields so ``--help`` cannot drift from the code. Exit codes: 0 ok, 1 some conversation failed (batch),
+2 usage or configuration error, 3 the model failed to load, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from radixchat import __version__
+from radixchat.config import Settings
+from radixchat.errors import ConfigError, ModelLoadError, RadixchatError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (also RADIXCHAT_<NAME> env vars and the config file)")
+    for name, field in Settings.model_fields.items():
+        annotation = field.annotation
+        origin = typing.get_origin(annotation)
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        default = field.get_default(call_default_factory=True)
+        help_text = field.description if default is None else f"{field.description} (default: {default})"
+        if annotation is bool:
+            group.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            continue
+        choices = None
+        if origin is typing.Literal:
+            choices = list(typing.get_args(annotation))
+        elif origin in (typing.Union, types.UnionType) and args and typing.get_origin(args[0]) is typing.Literal:
+            choices = list(typing.get_args(args[0]))
+        metavar = "{" + ",".join(choices) + "}" if choices else name.split("_")[-1].upper()
+        # Values stay strings here; pydantic validates and converts them, naming the setting on error.
+        group.add_argument(_flag(name), dest=name, default=None, metavar=metavar, help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="radixchat",
+        description="Terminal LLM chat with an in-process radix-tree KV cache engine.",
+        epilog="Without --batch, radixchat opens the chat app. Docs: README.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"radixchat {__version__}")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="TOML config file (default: ~/.config/radixchat/config.toml)")
+    batch = parser.add_argument_group("headless batch mode")
+    batch.add_argument("--batch", metavar="FILE", help="run conversations from a JSON Lines file ('-' for stdin)")
+    batch.add_argument("--output", "-o", metavar="FILE", help="write JSON Lines results here (default: stdout)")
+    batch.add_argument(
+        "--ordered", action="store_true", help="write records in input order (default: as each turn finishes)"
+    )
+    batch.add_argument("--save-sessions", metavar="DIR", type=Path, help="save each finished conversation here")
+    app = parser.add_argument_group("chat app")
+    app.add_argument("--session", metavar="NAME", help="open a saved session at start")
+    _add_settings_flags(parser)
+    return parser
+
+
+def settings_from_args(ns: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {
+        name: getattr(ns, name) for name in Settings.model_fields if getattr(ns, name, None) is not None
+    }
+    return Settings.load(overrides, ns.config)
+
+
+def error(msg: str) -> None:
+    print(f"radixchat: {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(ns)
+    except ConfigError as exc:
+        error(str(exc))
+        return EXIT_USAGE
+    try:
+        if ns.batch is not None:
+            from radixchat.batch import run_batch
+
+            return run_batch(settings, ns)
+        if ns.output or ns.ordered or ns.save_sessions:
+            error("--output, --ordered and --save-sessions need --batch")
+            return EXIT_USAGE
+        from radixchat.tui.app import run_app
+
+        return run_app(settings, session=ns.session)
+    except ModelLoadError as exc:
+        error(str(exc))
+        return EXIT_MODEL
+    except KeyboardInterrupt:
+        error("interrupted")
+        return EXIT_INTERRUPTED
+    except RadixchatError as exc:
+        error(str(exc))
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
