@@ -22,7 +22,7 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from radixchat.chat.backend import LocalBackend, TurnResult
+from radixchat.chat.backend import LocalBackend, TurnResult, sampling_params
 from radixchat.chat.conversation import Conversation
 from radixchat.chat.session import (
     SamplingSettings,
@@ -198,22 +198,11 @@ class Progress:
 
 
 def sampling_for(spec: BatchLine, settings: Settings, saved: SamplingSettings | None = None) -> SamplingParams:
-    def pick(name: str) -> Any:
-        for source in (spec, saved):
-            value = getattr(source, name, None) if source is not None else None
-            if value is not None:
-                return value
-        return getattr(settings, name)
-
-    return SamplingParams(
-        max_tokens=pick("max_tokens"),
-        temperature=pick("temperature"),
-        top_p=pick("top_p"),
-        top_k=pick("top_k"),
-        repetition_penalty=pick("repetition_penalty"),
-        seed=pick("seed"),
-        stop=tuple(spec.stop or ()),
-    )
+    """Line values win over the saved session's, which win over the settings' defaults."""
+    names = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed")
+    overrides = saved.model_dump() if saved is not None else {}
+    overrides.update({n: getattr(spec, n) for n in names if getattr(spec, n) is not None})
+    return sampling_params(settings, stop=spec.stop or (), **{n: overrides.get(n) for n in names})
 
 
 class BatchRunner:

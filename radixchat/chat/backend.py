@@ -62,6 +62,7 @@ class ChatBackend(Protocol):
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation: ...
     def reply(self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None) -> Reply: ...
     def stats(self) -> EngineStats | None: ...
+    def cached_path(self, ids: Sequence[int]) -> list[int]: ...
 
 
 class LocalReply:
@@ -147,3 +148,17 @@ class LocalBackend:
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
+
+    def cached_path(self, ids: Sequence[int]) -> list[int]:
+        """Tree node ids along ``ids`` (to highlight the current conversation in the cache panel)."""
+        return self.engine.cached_path(ids)
+
+
+def sampling_params(settings: Any, **overrides: Any) -> SamplingParams:
+    """SamplingParams from a ``Settings`` (defaults) with per-session/per-line overrides (None = unset)."""
+    names = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed")
+    values = {n: getattr(settings, n) for n in names}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if "stop" in values:
+        values["stop"] = tuple(values["stop"])
+    return SamplingParams(**values)

@@ -246,9 +246,9 @@ def load_model(
 ) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    name, path = resolve_model(spec, cache_dir, progress)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
+    name, path = resolve_model(spec, cache_dir, progress)
     try:
         config = AutoConfig.from_pretrained(path)
     except Exception as exc:

@@ -31,7 +31,7 @@ RESERVE_CLIP = 4096
 LPM_MAX_QUEUE = 128
 # A waiting request whose uncached prompt shares at least this many tokens with one admitted in the
 # same step waits a step, so it can reuse that one's KV instead of computing it twice.
-IN_BATCH_PREFIX_MIN = 32
+IN_BATCH_PREFIX_MIN = 16
 
 
 @dataclass(slots=True)

@@ -66,7 +66,7 @@ def test_eviction_and_retraction_keep_output_identical(tiny_models, arch):
 
 def test_identical_prompts_in_one_step_both_correct(tiny_models):
     loaded, ref = tiny_models["llama"]
-    prompt = torch.randint(0, 512, (25,), generator=torch.Generator().manual_seed(3)).tolist()
+    prompt = torch.randint(0, 512, (12,), generator=torch.Generator().manual_seed(3)).tolist()  # < IN_BATCH_PREFIX_MIN
     core = EngineCore(loaded, EngineConfig(kv_pool_tokens=1024))
     reqs = [core.make_request(prompt, SamplingParams(max_tokens=12, ignore_eos=True)) for _ in range(2)]
     for r in reqs:
@@ -162,12 +162,15 @@ def test_real_model_under_memory_pressure_matches_generate(smol, smol_tokenizer)
 
 
 def test_stale_pool_memory_never_reaches_attention(tiny_models):
-    """The pool is allocated uninitialised; padded decode gathers must read only the dummy slot."""
+    """Padded decode gathers must read only the dummy slot, never a free slot's stale (here: NaN) data."""
     loaded, ref = tiny_models["llama"]
-    core = EngineCore(loaded, EngineConfig(kv_pool_tokens=1024))
+    core = EngineCore(loaded, EngineConfig(kv_pool_tokens=1024, radix_cache=False))
+    long = [list(range(1, 200))] * 4  # leaves long stale rows in the request table
+    core.run_until_done([core.make_request(p, SamplingParams(max_tokens=4, ignore_eos=True)) for p in long])
+    free = torch.tensor(sorted(core.pool.free_set()))
     for t in (*core.pool.k, *core.pool.v):
-        t[1:] = float("nan")
-    prompts = make_prompts(seed=21)
+        t[free] = float("nan")
+    prompts = make_prompts(seed=21, n=3, shared=5)
     reqs = [core.make_request(p, SamplingParams(max_tokens=10, ignore_eos=True)) for p in prompts]
     core.run_until_done(reqs)
     assert_matches_hf(ref, prompts, reqs, 10)

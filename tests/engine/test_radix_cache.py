@@ -162,13 +162,15 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(ids=st.lists(st.integers(0, 3), min_size=1, max_size=10))
     def insert(self, ids):
-        need = len(ids) - self.cache.prefix_len(ids)
+        match = self.cache.match_prefix(ids)
+        self.cache.lock(match.node)  # as the scheduler does: pin the prefix before evicting
+        need = len(ids) - match.length
         if need > self.pool.num_free:
             self.cache.evict(need - self.pool.num_free)
-        if need > self.pool.num_free:
+        new = self.pool.alloc(need)
+        self.cache.unlock(match.node)
+        if new is None:
             return
-        match = self.cache.match_prefix(ids)
-        new = self.pool.alloc(len(ids) - match.length)
         slots = torch.cat([match.slots, torch.tensor(new, dtype=torch.int64)])
         res = self.cache.insert(ids, slots)
         assert res.prefix_len == match.length

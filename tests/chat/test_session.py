@@ -1,0 +1,117 @@
+"""Session files: round trip, atomic writes, and clear errors that never touch the file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixchat.chat.conversation import ChatFormat, Conversation
+from radixchat.chat.session import (
+    SessionFile,
+    conversation_from_session,
+    load_session,
+    safe_name,
+    save_session,
+    session_from_conversation,
+    session_path,
+)
+from radixchat.errors import SessionError
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture
+def conv(smol_tokenizer) -> Conversation:
+    c = Conversation(ChatFormat(smol_tokenizer), system="Be kind.")
+    c.add_user("Hi ünïcode 🎉")
+    c.add_assistant("Hello!", smol_tokenizer.encode("Hello!", add_special_tokens=False) + [2], "stop", usage={"x": 1})
+    return c
+
+
+def test_round_trip_keeps_messages_and_token_ids(tmp_path, conv, smol_tokenizer):
+    path = save_session(session_from_conversation(conv, name="greet", model=MODEL), tmp_path / "greet.json")
+    loaded = load_session(path, expect_model=MODEL)
+    assert loaded.turns == 1 and loaded.system_prompt == "Be kind."
+    again = conversation_from_session(loaded, ChatFormat(smol_tokenizer), MODEL)
+    assert again.ids == conv.ids and again.text == conv.text
+    assert [m.content for m in again.messages] == [m.content for m in conv.messages]
+    nxt = again.add_user("More?")
+    assert nxt[: len(conv.ids)] == conv.ids and again.full_renders == 0
+
+
+def test_other_model_drops_token_ids(tmp_path, conv, smol_tokenizer):
+    path = save_session(session_from_conversation(conv, name="x", model="other-model"), tmp_path / "x.json")
+    again = conversation_from_session(load_session(path), ChatFormat(smol_tokenizer), MODEL)
+    assert again.ids == [] and len(again.messages) == 3
+    assert again.add_user("next") == smol_tokenizer.encode(
+        smol_tokenizer.apply_chat_template(
+            [m.template_dict() for m in again.messages], add_generation_prompt=True, tokenize=False
+        ),
+        add_special_tokens=False,
+    )
+
+
+def test_write_is_atomic_and_leaves_no_temp_files(tmp_path, conv):
+    path = tmp_path / "s.json"
+    save_session(session_from_conversation(conv, name="s", model=MODEL), path)
+    save_session(session_from_conversation(conv, name="s", model=MODEL), path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+    assert json.loads(path.read_text())["version"] == 1
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, conv, monkeypatch):
+    path = tmp_path / "s.json"
+    save_session(session_from_conversation(conv, name="s", model=MODEL), path)
+    before = path.read_bytes()
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.replace", boom)
+    with pytest.raises(OSError):
+        save_session(session_from_conversation(conv, name="changed", model=MODEL), path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"version": 1, "name": "x", "model": "m", "messages": [', "not valid JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"name": "x"}', "no version"),
+        ('{"version": 99, "name": "x", "model": "m"}', "version 99"),
+        ('{"version": 1, "name": "x", "model": "m", "messages": [{"role": "robot", "content": ""}]}', "messages.0.role"),
+    ],
+)
+def test_bad_files_give_one_line_errors_and_stay_untouched(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(SessionError, match=message) as info:
+        load_session(path)
+    assert "\n" not in str(info.value)
+    assert path.read_text() == content
+
+
+def test_wrong_model_is_refused_when_asked(tmp_path, conv):
+    path = save_session(session_from_conversation(conv, name="s", model="m1"), tmp_path / "s.json")
+    with pytest.raises(SessionError, match="saved with model 'm1'"):
+        load_session(path, expect_model="m2")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SessionError, match="not found"):
+        load_session(tmp_path / "nope.json")
+
+
+def test_names_are_made_safe(tmp_path):
+    assert safe_name("../../etc/passwd") == "etc-passwd"
+    assert session_path(tmp_path, "my chat/1").name == "my-chat-1.json"
+
+
+def test_schema_field_round_trips_by_alias(tmp_path):
+    s = SessionFile(name="j", model=MODEL, mode="json", schema={"type": "object"})
+    path = save_session(s, tmp_path / "j.json")
+    assert json.loads(path.read_text())["schema"] == {"type": "object"}
+    assert load_session(path).json_schema == {"type": "object"}

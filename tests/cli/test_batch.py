@@ -1,0 +1,170 @@
+"""``radixchat --batch``: the JSON Lines contract and exit codes, through the installed command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.real_model
+
+RADIXCHAT = shutil.which("radixchat") or str(Path(sys.executable).with_name("radixchat"))
+FIELDS = {"id", "line", "turn", "reply", "finish_reason", "usage", "ttft_ms", "decode_tokens_per_s", "error"}
+
+
+def run(args, stdin=None, timeout=300, env=None):
+    return subprocess.run(
+        [RADIXCHAT, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "RADIXCHAT_TEMPERATURE": "0", **(env or {})},
+    )
+
+
+def records(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+SYSTEM = "You are a concise assistant. Answer in one short sentence."
+
+
+def test_conversations_run_and_turn_two_reuses_turn_one(tmp_path):
+    rows = [
+        {"id": f"c{i}", "system": SYSTEM, "turns": [q, "Say it again, shorter."], "max_tokens": 16}
+        for i, q in enumerate(["What is the sun?", "What is rain?", "What is a tree?"])
+    ]
+    proc = run(["--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--ordered"])
+    assert proc.returncode == 0, proc.stderr
+    recs = records(proc.stdout)
+    assert [(r["id"], r["turn"]) for r in recs] == [(f"c{i}", t) for i in range(3) for t in (0, 1)]
+    for r in recs:
+        assert set(r) == FIELDS and r["error"] is None and r["finish_reason"] in ("stop", "length")
+        assert isinstance(r["reply"], str) and r["reply"]
+        assert r["usage"]["completion_tokens"] >= 1 and r["ttft_ms"] > 0
+    for first, second in zip(recs[::2], recs[1::2]):
+        u1, u2 = first["usage"], second["usage"]
+        assert u2["cached_tokens"] >= u1["prompt_tokens"] + u1["completion_tokens"] - 1
+    # The shared system prompt is computed once: later conversations' first turns hit it.
+    assert sum(r["usage"]["cached_tokens"] for r in recs[::2]) > 0
+    assert "3 conversations, 6 turns" in proc.stderr and "cached" in proc.stderr
+
+
+def test_stdin_input_and_output_file(tmp_path):
+    out = tmp_path / "out.jsonl"
+    line = json.dumps({"id": 7, "turns": ["Hi"], "max_tokens": 4})
+    proc = run(["--batch", "-", "--output", str(out)], stdin=line + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    (rec,) = records(out.read_text())
+    assert rec["id"] == 7 and rec["turn"] == 0 and rec["usage"]["completion_tokens"] <= 4
+
+
+def test_bad_lines_get_error_records_and_others_still_run(tmp_path):
+    rows = [
+        "{not json",
+        {"id": "wrong-type", "turns": "hello"},
+        {"id": "bad-mode", "turns": ["x"], "mode": "poetry"},
+        {"id": "bad-temp", "turns": ["x"], "temperature": 9},
+        {"id": "extra", "turns": ["x"], "tempurature": 1},
+        {"id": "good", "turns": ["Hello"], "max_tokens": 4},
+        {"id": "good", "turns": ["Hello again"], "max_tokens": 4},
+        {"id": "bad-schema", "turns": ["x"], "mode": "chat", "schema": {"type": "object"}},
+    ]
+    proc = run(["--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--ordered"])
+    assert proc.returncode == 1
+    recs = records(proc.stdout)
+    by_line = {r["line"]: r for r in recs}
+    assert "line 1: invalid JSON" in by_line[1]["error"]
+    assert "line 2 (id 'wrong-type'): turns" in by_line[2]["error"]
+    assert "mode" in by_line[3]["error"] and "temperature" in by_line[4]["error"]
+    assert "tempurature" in by_line[5]["error"]
+    assert by_line[6]["error"] is None and by_line[6]["reply"]
+    assert "duplicate id" in by_line[7]["error"]
+    assert "schema" in by_line[8]["error"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_usage_errors_exit_2(tmp_path):
+    proc = run(["--batch", str(tmp_path / "missing.jsonl")])
+    assert proc.returncode == 2 and "batch file not found" in proc.stderr
+    proc = run(["--batch", "-"], stdin="\n\n")
+    assert proc.returncode == 2 and "no conversations" in proc.stderr
+    proc = run(["--ordered"])
+    assert proc.returncode == 2 and "need --batch" in proc.stderr
+    proc = run(["--batch", "-", "--top-p", "7"], stdin="{}")
+    assert proc.returncode == 2 and "invalid setting 'top_p'" in proc.stderr
+
+
+def test_model_load_failure_exits_3(tmp_path):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "turns": ["x"]}])
+    proc = run(["--batch", str(path), "--model", str(tmp_path / "no-such-model")])
+    assert proc.returncode == 3 and "not found" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_saved_sessions_continue_in_a_new_run(tmp_path):
+    sessions = tmp_path / "sessions"
+    rows = [{"id": "s1", "system": SYSTEM, "turns": ["Name a fruit."], "max_tokens": 12}]
+    proc = run(["--batch", str(write_jsonl(tmp_path / "a.jsonl", rows)), "--save-sessions", str(sessions)])
+    assert proc.returncode == 0, proc.stderr
+    saved = json.loads((sessions / "s1.json").read_text())
+    assert saved["version"] == 1 and [m["role"] for m in saved["messages"]] == ["system", "user", "assistant"]
+    first = records(proc.stdout)[0]
+
+    rows = [{"id": "s1b", "session": str(sessions / "s1.json"), "turns": ["Another one."], "max_tokens": 12}]
+    proc = run(["--batch", str(write_jsonl(tmp_path / "b.jsonl", rows)), "--save-sessions", str(sessions)])
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = records(proc.stdout)
+    u1 = first["usage"]
+    # A fresh process has an empty cache, but the prompt is exactly the saved ids plus the delta.
+    assert rec["usage"]["prompt_tokens"] > u1["prompt_tokens"] + u1["completion_tokens"]
+    cont = json.loads((sessions / "s1b.json").read_text())
+    assert [m["role"] for m in cont["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    assert cont["messages"][2]["token_ids"] == saved["messages"][2]["token_ids"]
+
+
+def test_session_for_another_model_is_an_error_record(tmp_path):
+    session = tmp_path / "other.json"
+    session.write_text(json.dumps({"version": 1, "name": "o", "model": "another-model", "messages": []}))
+    path = write_jsonl(tmp_path / "in.jsonl", [{"id": "o", "session": str(session), "turns": ["x"]}])
+    before = session.read_bytes()
+    proc = run(["--batch", str(path)])
+    assert proc.returncode == 1
+    assert "saved with model 'another-model'" in records(proc.stdout)[0]["error"]
+    assert session.read_bytes() == before
+
+
+def test_ctrl_c_flushes_completed_turns_and_exits_130(tmp_path):
+    rows = [{"id": "quick", "turns": ["Hi"], "max_tokens": 2}]
+    rows += [{"id": f"long{i}", "turns": ["Write a very long essay about rivers."], "max_tokens": 2000} for i in range(2)]
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.Popen(
+        [RADIXCHAT, "--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--output", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RADIXCHAT_TEMPERATURE": "0", "RADIXCHAT_REPETITION_PENALTY": "1.3"},
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out.exists() and out.read_text().strip()):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    recs = records(out.read_text())
+    assert [r["id"] for r in recs] == ["quick"] and recs[0]["error"] is None
+    assert "interrupted" in err and "Traceback" not in err

@@ -1,0 +1,71 @@
+"""Settings precedence and error messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixchat.config import Settings
+from radixchat.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for key in list(__import__("os").environ):
+        if key.startswith("RADIXCHAT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+
+
+def test_defaults():
+    s = Settings.load()
+    assert s.model == "smollm2" and s.device == "auto" and s.schedule_policy == "lpm" and s.radix_cache
+
+
+def test_precedence_defaults_file_env_flags(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('max_tokens = 100\ntemperature = 0.5\ntop_k = 7\nschedule_policy = "fcfs"\n')
+    s = Settings.load(config_file=cfg)
+    assert (s.max_tokens, s.temperature, s.top_k, s.schedule_policy) == (100, 0.5, 7, "fcfs")
+    monkeypatch.setenv("RADIXCHAT_TEMPERATURE", "0.9")
+    monkeypatch.setenv("RADIXCHAT_TOP_K", "3")
+    s = Settings.load(config_file=cfg)
+    assert (s.max_tokens, s.temperature, s.top_k) == (100, 0.9, 3)
+    s = Settings.load({"top_k": "1"}, config_file=cfg)
+    assert (s.max_tokens, s.temperature, s.top_k) == (100, 0.9, 1)
+
+
+def test_default_config_file_location_is_read(tmp_path):
+    path = tmp_path / "xdg" / "radixchat" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text("max_running_requests = 4\n")
+    assert Settings.load().max_running_requests == 4
+
+
+def test_invalid_value_names_the_setting(monkeypatch):
+    monkeypatch.setenv("RADIXCHAT_DEVICE", "tpu")
+    with pytest.raises(ConfigError, match=r"invalid setting 'device'.*RADIXCHAT_DEVICE"):
+        Settings.load()
+
+
+def test_out_of_range_flag_names_the_flag():
+    with pytest.raises(ConfigError, match=r"invalid setting 'top_p'.*--top-p"):
+        Settings.load({"top_p": "1.5"})
+
+
+def test_unknown_key_in_file(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("tempurature = 0.3\n")
+    with pytest.raises(ConfigError, match=r"unknown setting 'tempurature' in .*c.toml"):
+        Settings.load(config_file=cfg)
+
+
+def test_broken_toml_is_reported_with_the_file(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("max_tokens = = 3\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        Settings.load(config_file=cfg)
+
+
+def test_missing_explicit_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        Settings.load(config_file=tmp_path / "nope.toml")
