@@ -168,3 +168,12 @@ def test_ctrl_c_flushes_completed_turns_and_exits_130(tmp_path):
     recs = records(out.read_text())
     assert [r["id"] for r in recs] == ["quick"] and recs[0]["error"] is None
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_batch_mode_does_not_import_textual():
+    code = (
+        "import sys, radixchat.cli, radixchat.batch; "
+        "assert not any(m == 'textual' or m.startswith('textual.') for m in sys.modules), 'textual imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
