@@ -12,6 +12,8 @@ from bench.common import load_models, save_json
 
 WORKLOADS = {
     "multiturn": "bench.multiturn",
+    "fanout": "bench.fanout",
+    "conversations": "bench.conversations",
 }
 
 
