@@ -1,0 +1,84 @@
+"""Budget steering: which tokens still let the output be completed within the remaining tokens.
+
+The cost of a state is the length in bytes of its shortest completion (``CompiledGrammar.lex_cost``:
+the current lexeme's DFA distance plus the parser's completion over LR(0) kernel items). A completion
+of k bytes takes at most k tokens when each of its bytes is a token (true of ASCII in byte-level
+BPE vocabularies), so bytes are a conservative bound on tokens.
+
+``token_costs`` mirrors the mask computation of ``CompiledGrammar.entry`` (same lexer runs, from the
+same per-tokenizer caches) but returns, per token, the cost of the state after it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .lexer import DEAD, SPACE
+
+
+def _state_costs(g, stack, finals: np.ndarray) -> np.ndarray:
+    uniq, inv = np.unique(finals, return_inverse=True)
+    c = np.array([g.lex_cost(stack, int(f)) for f in uniq.tolist()], dtype=np.int64)
+    return c[inv.reshape(-1)]
+
+
+def token_costs(g, stack: tuple[int, ...], lex: int) -> np.ndarray:
+    """int64[n_tokens]: -1 where the token is not allowed, else the cost after taking it."""
+    info = g.info
+    run = info.lexrun(lex)
+    out = np.full(len(info.token_bytes), -1, dtype=np.int64)
+    if run.inside_ids.size:
+        out[run.inside_ids] = _state_costs(g, stack, run.inside_final)
+    if SPACE.accepting[lex]:
+        nxt, _ = g.after_lexeme(stack, lex)
+        if nxt is not None:
+            sub = token_costs(g, *nxt)
+            sel = info.ends_first(lex, run)
+            out[sel] = sub[sel]
+    for k, (pre, ids, offs) in enumerate(run.cross):
+        out[ids] = _group_costs(g, stack, pre, ("x", lex, k), ids, offs)
+    for tid, data in g.named_special:
+        r = g.feed(stack, lex, data)
+        if r is not None:
+            out[tid] = g.lex_cost(*r)
+    return out
+
+
+def _group_costs(g, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarray) -> np.ndarray:
+    vals = np.full(ids.shape[0], -1, dtype=np.int64)
+    nxt, _ = g.after_lexeme(stack, pre)
+    if nxt is None:
+        return vals
+    st2, lex0 = nxt
+    final, death, pres = g.info.rows_run(key, lex0, ids, offs)
+    alive = final != DEAD
+    if alive.any():
+        vals[alive] = _state_costs(g, st2, final[alive])
+    from .compiler import _groups_by_pre
+
+    for p, sel in _groups_by_pre(death, pres):
+        vals[sel] = _group_costs(g, st2, p, (key, lex0, p), ids[sel], death[sel])
+    return vals
+
+
+def budget_mask(g, stack: tuple[int, ...], lex: int, remaining: int) -> torch.Tensor:
+    """Tokens after which the output can still be completed in ``remaining - 1`` tokens (EOS counts
+    one), plus EOS when accepting. Never all-False: if nothing fits, the tokens that leave the shortest
+    completion are allowed (the engine will then stop at its token limit and report it)."""
+    from .compiler import intern_mask
+
+    limit = remaining - 2
+    costs = token_costs(g, stack, lex)
+    accepting, _ = g.is_accepting(stack, lex)
+    ok = (costs >= 0) & (costs <= limit)
+    if not ok.any() and not accepting:
+        valid = costs >= 0
+        ok = valid & (costs == costs[valid].min()) if valid.any() else valid
+    mask = np.zeros(g.info.vocab_size, dtype=bool)
+    mask[: ok.shape[0]] = ok
+    if accepting:
+        mask[list(g.info.eos_ids)] = True
+    if not mask.any():
+        return g.entry(stack, lex).tensor
+    return intern_mask(g.info, mask)[0]

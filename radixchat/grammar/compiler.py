@@ -1,0 +1,378 @@
+"""A compiled grammar: LALR tables + terminal DFAs + the two-level mask cache for one tokenizer.
+
+The state of a constrained generation is ``(stack, lex)``: the LALR stack (a tuple) and the lexer
+state of the lexeme in progress. Lexing is greedy and byte-level: a lexeme ends only when the next
+byte cannot continue it (and it is then accepting); it is then fed to the parser, and the next lexeme
+starts in the *context* of the new stack: the terminals the parser can really shift there (after
+reductions), plus the ``%ignore`` terminals unless (a) the lexeme just ended was ignored (so
+whitespace runs stay bounded: one ignored lexeme at a time) or (b) only the end of input may follow.
+
+Masks come from two caches:
+1. ``TokenizerInfo.lexrun(lex)``, per lexer state and shared by all grammars: which tokens stay inside
+   the lexeme, which end it and where.
+2. ``CompiledGrammar.entry(stack, lex)``, per grammar, keyed by ``lex`` and only the top of the stack
+   that the computation read (``DepthMemo``). Entries hold interned mask tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import GrammarError
+from .lalr import INF, DepthMemo, Tables, accepts_end, build_tables, completion_cost, push
+from .lexer import DEAD, SPACE
+from .tokenizer import TokenizerInfo
+
+
+def _grammar_dirs() -> tuple[Path, ...]:
+    """User grammars first (``$XDG_CONFIG_HOME/radixchat/grammars``), then the shipped ones: the
+    checkout's ``grammars/`` and the package's ``radixchat/grammars`` (a link to it, so wheels carry it)."""
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    here = Path(__file__).resolve()
+    return (config / "radixchat" / "grammars", here.parents[2] / "grammars", here.parents[1] / "grammars")
+
+
+@dataclass(slots=True, frozen=True)
+class Entry:
+    """The mask of one state. ``tensor`` is interned and must not be mutated; ``mask`` is its numpy view."""
+
+    tensor: torch.Tensor
+    mask: np.ndarray
+    accepting: bool
+    only_eos: bool
+    depth: int
+
+
+@dataclass(slots=True, frozen=True)
+class Context:
+    lex0: int  # lexer state at the start of the next lexeme (DEAD if no terminal may follow)
+    end_ok: bool  # the input may end here
+
+
+class CompiledGrammar:
+    """A Lark grammar compiled for one tokenizer. Create matchers with ``matcher()``.
+
+    Thread-safety: caches are plain dicts filled under the GIL; two threads may compute the same
+    entry twice, never a wrong one.
+    """
+
+    def __init__(self, text: str, info: TokenizerInfo, *, source: str = "<grammar>", start: str = "start",
+                 max_states: int = 20_000) -> None:
+        self.text = text
+        self.source = source
+        self.start = start
+        self.info = info
+        self.tables: Tables = build_tables(text, source, start, max_states)
+        t = self.tables
+        self.ignore = frozenset(t.ignore)
+        # DFA id -> terminal; if two terminals share a pattern Lark's first-ranked one wins.
+        self.dfa_term: dict[int, str] = {}
+        for term in sorted(t.terminals.values(), key=lambda x: x.rank):
+            self.dfa_term.setdefault(term.dfa, term.name)
+        self._rank = {name: term.rank for name, term in t.terminals.items()}
+        self._choose: dict[int, str | None] = {}
+        self._ctx = DepthMemo()
+        self._entries = DepthMemo()
+        self._groups = DepthMemo()
+        self._cp_memo: dict = {}
+        self._cost_memo: dict = {}
+        self._budget: OrderedDict = OrderedDict()
+        # Special tokens whose text is a literal of this grammar may match it (and only it).
+        literals = {term.literal for term in t.terminals.values() if term.literal}
+        self.named_special = [(i, s.encode()) for i, s in info.special_text.items()
+                              if s in literals and i not in info.eos_ids]
+        self._token_bytes = dict(self.named_special)
+        longest = max([term.minlen for term in t.terminals.values()] + [0])
+        widest_rule = max([v for v in t.minlen.values() if v < INF] + [0])
+        #: allowed(remaining) checks budgets exactly only when remaining < cost + horizon.
+        self.horizon = info.max_token_bytes + 2 * max(longest, widest_rule) + 8
+        self.initial_stack = (t.start,)
+
+    # -- parser contexts ---------------------------------------------------------------------------
+
+    @property
+    def n_states(self) -> int:
+        return self.tables.n_states
+
+    def context(self, stack: tuple[int, ...], after_ignore: bool) -> tuple[Context, int]:
+        got = self._ctx.get(after_ignore, stack)
+        if got is not None:
+            return got[0], len(stack) - got[1]
+        t = self.tables
+        lowest = len(stack) - 1
+        shiftable = []
+        for name in t.actions[stack[-1]]:
+            if name in t.terminals and name not in self.ignore:
+                st, low = push(t, stack, name)
+                lowest = min(lowest, low)
+                if st is not None:
+                    shiftable.append(name)
+        end_ok, low = accepts_end(t, stack)
+        lowest = min(lowest, low)
+        if shiftable and not after_ignore:
+            shiftable.extend(self.ignore)
+        dfas = [t.terminals[n].dfa for n in shiftable if self.dfa_term.get(t.terminals[n].dfa) == n]
+        ctx = Context(SPACE.start_state(dfas) if dfas else DEAD, end_ok)
+        lowest = max(lowest, 0)
+        self._ctx.put(after_ignore, stack, lowest, (ctx, len(stack) - lowest))
+        return ctx, lowest
+
+    def choose(self, lex: int) -> str | None:
+        """The terminal an accepting lexer state stands for (Lark's ranking), or None."""
+        got = self._choose.get(lex, 0)
+        if got != 0:
+            return got
+        names = [self.dfa_term[d] for d in SPACE.accepting[lex] if d in self.dfa_term]
+        best = min(names, key=self._rank.__getitem__) if names else None
+        self._choose[lex] = best
+        return best
+
+    def after_lexeme(self, stack: tuple[int, ...], lex: int):
+        """End the (accepting) lexeme in ``lex``. Returns ``((stack', lex0') or None, lowest)``: the
+        lowest stack index read counts even on failure (a failure depends on the stack too)."""
+        term = self.choose(lex)
+        top = len(stack) - 1
+        if term is None:
+            return None, top
+        if term in self.ignore:
+            ctx, low = self.context(stack, True)
+            return ((stack, ctx.lex0) if ctx.lex0 != DEAD else None), low
+        st, low = push(self.tables, stack, term)
+        if st is None:
+            return None, low
+        ctx, low2 = self.context(st, False)
+        low = min(low, low2)
+        return ((st, ctx.lex0) if ctx.lex0 != DEAD else None), low
+
+    def is_accepting(self, stack: tuple[int, ...], lex: int) -> tuple[bool, int]:
+        if SPACE.is_start[lex] or lex == DEAD:
+            ctx, low = self.context(stack, False)
+            return ctx.end_ok, low
+        term = self.choose(lex)
+        if term is None:
+            return False, len(stack) - 1
+        if term in self.ignore:
+            return self.context(stack, False)[0].end_ok, len(stack) - 1
+        st, low = push(self.tables, stack, term)
+        if st is None:
+            return False, low
+        ok, low2 = accepts_end(self.tables, st)
+        return ok, min(low, low2)
+
+    # -- scalar stepping (advance) ------------------------------------------------------------------
+
+    def feed(self, stack: tuple[int, ...], lex: int, data: bytes):
+        """Feed bytes; returns the new ``(stack, lex)`` or None if they cannot continue the output."""
+        step = SPACE.step
+        for b in data:
+            nxt = step(lex, b)
+            if nxt != DEAD:
+                lex = nxt
+                continue
+            if not SPACE.accepting[lex]:
+                return None
+            r, _ = self.after_lexeme(stack, lex)
+            if r is None:
+                return None
+            stack, lex0 = r
+            lex = step(lex0, b)
+            if lex == DEAD:
+                return None
+        return stack, lex
+
+    def token_bytes(self, tid: int) -> bytes | None:
+        if tid < len(self.info.token_bytes):
+            b = self.info.token_bytes[tid]
+            if b is not None:
+                return b
+        return self._token_bytes.get(tid)
+
+    # -- masks ---------------------------------------------------------------------------------------
+
+    def entry(self, stack: tuple[int, ...], lex: int) -> Entry:
+        """The (cached) mask entry of state ``(stack, lex)``."""
+        got = self._entries.get(lex, stack)
+        if got is not None:
+            return got
+        info = self.info
+        run = info.lexrun(lex)
+        mask = np.zeros(info.vocab_size, dtype=bool)
+        mask[run.inside_ids] = True
+        lowest = len(stack) - 1
+        if SPACE.accepting[lex]:
+            # Tokens whose first byte cannot continue the lexeme: it ends first, then they start anew.
+            nxt, low = self.after_lexeme(stack, lex)
+            lowest = min(lowest, low)
+            if nxt is not None:
+                st2, lex0 = nxt
+                e = self.entry(st2, lex0)
+                lowest = min(lowest, len(st2) - e.depth)
+                sel = info.ends_first(lex, run)
+                mask[sel] = e.mask[sel]
+        for k, (pre, ids, offs) in enumerate(run.cross):
+            ok, low = self._group_allowed(stack, pre, ("x", lex, k), ids, offs)
+            lowest = min(lowest, low)
+            mask[ok] = True
+        for tid, data in self.named_special:
+            if self.feed(stack, lex, data) is not None:
+                mask[tid] = True
+        accepting, low = self.is_accepting(stack, lex)
+        lowest = min(lowest, low)
+        only_eos = accepting and not mask.any()
+        if accepting:
+            mask[list(info.eos_ids)] = True
+        if not mask.any():
+            raise GrammarError(f"{self.source}: dead state (no token can continue); grammar bug?")
+        tensor, view = intern_mask(info, mask)
+        e = Entry(tensor, view, accepting, only_eos, len(stack) - max(lowest, 0))
+        self._entries.put(lex, stack, lowest, e)
+        return e
+
+    def _group_allowed(self, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarray):
+        """Rows ``(ids, offs)`` whose lexeme ended in accepting ``pre``: which token ids can go on.
+
+        Cached per group ``key`` (which fixes the rows) and the top of the stack read."""
+        got = self._groups.get(key, stack)
+        if got is not None:
+            return got[0], len(stack) - got[1]
+        nxt, lowest = self.after_lexeme(stack, pre)
+        if nxt is None:
+            ok = ids[:0]
+        else:
+            st2, lex0 = nxt
+            final, death, pres = self.info.rows_run(key, lex0, ids, offs)
+            parts = [ids[final != DEAD]]
+            for p, sel in _groups_by_pre(death, pres):
+                sub, low = self._group_allowed(st2, p, (key, lex0, p), ids[sel], death[sel])
+                lowest = min(lowest, low)
+                parts.append(sub)
+            ok = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        lowest = max(lowest, 0)
+        self._groups.put(key, stack, lowest, (ok, len(stack) - lowest))
+        return ok, lowest
+
+    # -- completion costs (budget steering) ----------------------------------------------------------
+
+    def parser_cost(self, stack: tuple[int, ...]) -> int:
+        if len(self._cp_memo) > 200_000:
+            self._cp_memo.clear()
+        return completion_cost(self.tables, stack, self._cp_memo)
+
+    def lex_cost(self, stack: tuple[int, ...], lex: int) -> int:
+        """Shortest completion in bytes from state ``(stack, lex)`` (INF if none)."""
+        key = (lex, stack)
+        got = self._cost_memo.get(key)
+        if got is not None:
+            return got
+        if len(self._cost_memo) > 200_000:
+            self._cost_memo.clear()
+        if SPACE.is_start[lex] or lex == DEAD:
+            best = self.parser_cost(stack)
+        else:
+            best = INF
+            for d, s in SPACE.comps[lex]:
+                term = self.dfa_term.get(d)
+                if term is None:
+                    continue
+                dist = int(SPACE.dfas[d].dist[s])
+                if term in self.ignore:
+                    c = dist + self.parser_cost(stack)
+                else:
+                    st, _ = push(self.tables, stack, term)
+                    c = INF if st is None else dist + self.parser_cost(st)
+                best = min(best, c)
+        self._cost_memo[key] = best
+        return best
+
+    def max_next_cost(self, stack: tuple[int, ...], lex: int) -> int:
+        """The largest cost among the states reachable by one allowed token (cached per state)."""
+        key = ("max", lex, stack)
+        got = self._cost_memo.get(key)
+        if got is None:
+            from .budget import token_costs
+
+            costs = token_costs(self, stack, lex)
+            got = self._cost_memo[key] = int(costs.max()) if costs.size else -1
+        return got
+
+    def budget_mask(self, stack: tuple[int, ...], lex: int, remaining: int) -> torch.Tensor:
+        """The mask under a token budget (see ``budget.budget_mask``); cached per state and limit."""
+        key = (lex, stack, remaining - 2)
+        got = self._budget.get(key)
+        if got is None:
+            from .budget import budget_mask
+
+            got = self._budget[key] = budget_mask(self, stack, lex, remaining)
+            if len(self._budget) > 512:
+                self._budget.popitem(last=False)
+        return got
+
+    # -- public ----------------------------------------------------------------------------------------
+
+    def matcher(self):
+        """A fresh matcher at the start of the output."""
+        from .matcher import GrammarMatcher
+
+        return GrammarMatcher(self)
+
+    def lark(self):
+        """A Lark LALR parser for the same grammar text (for validating outputs in tests and tools)."""
+        import lark
+
+        return lark.Lark(self.text, parser="lalr", lexer="contextual", start=self.start)
+
+    def stats(self) -> dict:
+        return {"lalr_states": self.n_states, "mask_entries": len(self._entries),
+                "lexer_states_cached": self.info.cached_lexer_states}
+
+
+def _groups_by_pre(death: np.ndarray, pre: np.ndarray):
+    """Rows that died after an accepting lexeme, grouped by that lexer state: [(pre, row indices)]."""
+    crossing = (death >= 0) & SPACE.accepting_np[pre]
+    idx = np.flatnonzero(crossing)
+    if not idx.size:
+        return []
+    p = pre[idx]
+    order = np.argsort(p, kind="stable")
+    idx, p = idx[order], p[order]
+    cuts = np.flatnonzero(np.diff(p)) + 1
+    return [(int(p[a]), idx[a:b]) for a, b in zip(np.r_[0, cuts], np.r_[cuts, p.size])]
+
+
+def intern_mask(info: TokenizerInfo, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+    """One shared tensor per distinct mask (per tokenizer); returns (tensor, its numpy view)."""
+    key = np.packbits(mask).tobytes()
+    store = info.masks
+    got = store.get(key)
+    if got is None:
+        mask = mask.copy()
+        got = store[key] = (torch.from_numpy(mask), mask)
+    return got
+
+
+def read_grammar(source: str | Path) -> tuple[str, str]:
+    """Resolve ``source`` to (text, name): Lark text itself, a path, or a file name in ``grammars/``."""
+    if isinstance(source, Path) or ("\n" not in source and source.endswith(".lark")) or (
+            "\n" not in source and ":" not in source and " " not in source and "/" not in source):
+        candidates = [Path(source)]
+        name = Path(source).name if str(source).endswith(".lark") else f"{source}.lark"
+        candidates += [d / name for d in _grammar_dirs()]
+        for c in candidates:
+            if c.is_file():
+                return c.read_text(encoding="utf-8"), str(c.name)
+        if isinstance(source, Path) or str(source).endswith(".lark"):
+            raise GrammarError(f"grammar file not found: {source}")
+    return str(source), "<grammar>"
+
+
+def compile_grammar(source: str | Path, info: TokenizerInfo, *, start: str = "start",
+                    max_states: int = 20_000) -> CompiledGrammar:
+    """Compile Lark grammar text, a ``.lark`` path, or the name of a file in ``grammars/``."""
+    text, name = read_grammar(source)
+    return CompiledGrammar(text, info, source=name, start=start, max_states=max_states)

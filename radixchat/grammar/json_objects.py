@@ -1,0 +1,279 @@
+"""Objects and arrays of a JSON Schema as LALR-friendly rules.
+
+Objects: declared properties in schema order, then extra members (``patternProperties``, then
+``additionalProperties``). ``S(i, c)`` is "before declared property i, after c members": it either
+emits property i (preceded by ``,`` when c > 0) or skips it when optional. The member count is tracked
+only as far as ``minProperties``/``maxProperties`` need. Unbounded tails are left-recursive so the
+parser stack does not grow with the number of members.
+
+Arrays: ``A(k)`` is "after k items": ``]`` once k >= minItems, or ``, item_k``; past the prefix items
+and minItems an unbounded tail is one left-recursive rule.
+
+Both return the *non-empty* form and whether ``{}``/``[]`` is allowed: the empty form is shared by
+the union so two branches that both allow it do not conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from . import json_terminals as jt
+from . import regex as rx
+from .dfa import compile_regex, product
+from .errors import GrammarError
+
+MAX_UNROLL = 2000
+
+
+def _esc(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _pair(comp, key: str, vsym: str) -> str:
+    pairs = comp.pairs
+    got = pairs.get((key, vsym))
+    if got is None:
+        kt = comp.w.terminal(rx.to_regex(jt.exact_string(key)), "K")
+        got = pairs[(key, vsym)] = comp.w.new_rule("p", f"(property {key!r})")
+        comp.w.rule(got, [[kt, '":"', vsym]])
+    return got
+
+
+def _string_regex(comp, schema, path: str):
+    """The JSON-text regex AST of the strings a schema allows (None: any string; False: none)."""
+    sh = comp.shape(schema, path)
+    if sh.any or sh.any_string:
+        return None
+    if not sh.strings:
+        return False
+    return rx.alt(*sh.strings)
+
+
+def object_shape(comp, schema: dict, path: str, sh) -> None:
+    props = schema.get("properties") or {}
+    required = list(schema.get("required") or [])
+    addl = schema.get("additionalProperties", False)
+    pattern_props = schema.get("patternProperties") or {}
+    minp = int(schema.get("minProperties", 0))
+    maxp = schema.get("maxProperties")
+    maxp = None if maxp is None else int(maxp)
+    names_ast = None
+    names_dfa = None
+    if "propertyNames" in schema:
+        names_ast = _string_regex(comp, schema["propertyNames"], f"{path}/propertyNames")
+        if names_ast is False:
+            if minp == 0 and not required:
+                sh.empty_object = True
+            return
+        if names_ast is not None:
+            names_dfa = compile_regex(rx.to_regex(names_ast))
+    names = list(props) + [r for r in required if r not in props]
+    entries: list[tuple[str, str, bool]] = []
+    for name in names:
+        sub = props.get(name, addl if addl is not False else True)
+        matching = [s for pat, s in pattern_props.items() if re.search(pat, name)]
+        if matching:
+            sub = {"allOf": [sub, *matching]}
+        req = name in required
+        ok = names_dfa is None or names_dfa.matches(json.dumps(name, ensure_ascii=False).encode())
+        vsym = comp.symbol(sub, f"{path}/properties/{_esc(name)}") if ok else None
+        if vsym is None:
+            if req:
+                return
+            continue
+        entries.append((name, vsym, req))
+    # Extra members: key terminals exclude the declared names (and earlier patterns).
+    excluded = [jt.exact_string(n) for n in names]
+    extras: list[tuple[str, str]] = []
+    pattern_dfas = []
+    for pat, sub in pattern_props.items():
+        ppath = f"{path}/patternProperties/{_esc(pat)}"
+        body = jt.string_terminal(jt.pattern_ast(pat, ppath))
+        d = compile_regex(rx.to_regex(body))
+        for other_pat, other in pattern_dfas:
+            try:
+                product(d, other, "and")
+            except GrammarError:
+                continue
+            comp.fail(f"patternProperties at {ppath}: overlaps pattern {other_pat!r} (keys matching both unsupported)")
+        pattern_dfas.append((pat, d))
+        vsym = comp.symbol(sub, ppath)
+        if vsym is not None:
+            extras.append((_key_terminal(comp, body, excluded, names_ast), vsym))
+        excluded.append(body)
+    if addl is not False:
+        vsym = comp.symbol(addl, f"{path}/additionalProperties")
+        if vsym is not None:
+            body = rx.parse(jt.STRING_RE)
+            extras.append((_key_terminal(comp, body, excluded, names_ast), vsym))
+    empty_ok = minp == 0 and not any(req for _, _, req in entries) and (maxp is None or maxp >= 0)
+    if empty_ok:
+        sh.empty_object = True
+    sym = _object_rules(comp, path, entries, extras, max(minp, 1), maxp)
+    if sym is not None:
+        sh.objects.append(sym)
+
+
+def _key_terminal(comp, body, excluded: list, names_ast) -> str:
+    looks = []
+    if excluded:
+        looks.append(("look", False, rx.alt(*excluded)))
+    if names_ast is not None:
+        looks.append(("look", True, names_ast))
+    return comp.w.terminal(rx.to_regex(rx.cat(*looks, body)), "K")
+
+
+def _object_rules(comp, path: str, entries, extras, minp: int, maxp: int | None) -> str | None:
+    w = comp.w
+    base = w.new_rule("o", f"#{path}")
+    n = len(entries)
+    cap = maxp if maxp is not None else max(minp, 1)
+    memo: dict = {}
+    xpair = None
+    if extras:
+        xpair = f"{base}_x"
+        w.where[xpair] = f"#{path}"
+        w.rule(xpair, [[k, '":"', v] for k, v in extras])
+    if maxp is not None and (maxp + 1) * (n + 1) > MAX_UNROLL:
+        raise GrammarError(f"maxProperties at #{path}/maxProperties is too large to unroll")
+
+    def nxt_count(c: int) -> int:
+        return c + 1 if maxp is not None else min(c + 1, cap)
+
+    def tail(c: int) -> str | None:
+        key = ("e", c)
+        if key in memo:
+            return memo[key]
+        name = f"{base}_e{c}"
+        memo[key] = name
+        alts: list[list[str]] = []
+        if xpair is not None and maxp is None and c >= cap:
+            loop = f"{base}_loop"
+            w.rule(loop, [[], [loop, '","', xpair]])
+            alts.append([loop])
+        else:
+            if c >= minp:
+                alts.append([])
+            if xpair is not None and (maxp is None or c + 1 <= maxp):
+                t = tail(nxt_count(c))
+                if t is not None:
+                    alts.append((['","'] if c > 0 else []) + [xpair, t])
+        if not alts:
+            memo[key] = None
+            return None
+        w.rule(name, alts)
+        return name
+
+    def S(i: int, c: int) -> str | None:
+        if i == n:
+            return tail(c)
+        key = (i, c)
+        if key in memo:
+            return memo[key]
+        name = f"{base}_{i}_{c}"
+        memo[key] = name
+        key_name, vsym, req = entries[i]
+        alts: list[list[str]] = []
+        if maxp is None or c + 1 <= maxp:
+            rest = S(i + 1, nxt_count(c))
+            if rest is not None:
+                alts.append((['","'] if c > 0 else []) + [_pair(comp, key_name, vsym), rest])
+        if not req:
+            rest = S(i + 1, c)
+            if rest is not None:
+                alts.append([rest])
+        if not alts:
+            memo[key] = None
+            return None
+        w.rule(name, alts)
+        return name
+
+    body = S(0, 0)
+    if body is None:
+        return None
+    w.rule(base, [['"{"', body, '"}"']])
+    return base
+
+
+def array_shape(comp, schema: dict, path: str, sh) -> None:
+    items = schema.get("items")
+    prefix = schema.get("prefixItems")
+    if prefix is None and isinstance(items, list):
+        prefix, rest, rest_kw = items, schema.get("additionalItems", True), "additionalItems"
+    else:
+        prefix, rest, rest_kw = prefix or [], True if items is None else items, "items"
+    mini = int(schema.get("minItems", 0))
+    maxi = schema.get("maxItems")
+    maxi = None if maxi is None else int(maxi)
+    psyms: list[str] = []
+    for k, sub in enumerate(prefix):
+        sym = comp.symbol(sub, f"{path}/prefixItems/{k}")
+        if sym is None:
+            maxi = k if maxi is None else min(maxi, k)
+            break
+        psyms.append(sym)
+    rsym = comp.symbol(rest, f"{path}/{rest_kw}") if rest is not False else None
+    if rsym is None:
+        maxi = len(psyms) if maxi is None else min(maxi, len(psyms))
+    if maxi is not None and mini > maxi:
+        return
+    if mini == 0:
+        sh.empty_array = True
+    if maxi == 0:
+        return
+    w = comp.w
+    base = w.new_rule("a", f"#{path}")
+    k0 = max(len(psyms), mini, 1)
+    if maxi is not None and maxi > MAX_UNROLL:
+        raise GrammarError(f"maxItems at #{path}/maxItems is too large to unroll")
+
+    def item(k: int) -> str:
+        return psyms[k] if k < len(psyms) else rsym
+
+    def A(k: int) -> str:
+        name = f"{base}_{k}"
+        if maxi is None and k >= k0:
+            w.rule(name, [[], [name, '","', rsym]])
+            return name
+        alts: list[list[str]] = []
+        if k >= mini:
+            alts.append([])
+        if maxi is None or k < maxi:
+            alts.append(['","', item(k), A(k + 1)])
+        w.rule(name, alts)
+        return name
+
+    w.rule(base, [['"["', item(0), A(1), '"]"']])
+    sh.arrays.append(base)
+
+
+def literal_structure(comp, v, path: str, sh) -> None:
+    """An exact object or array value (from ``enum``/``const``)."""
+    w = comp.w
+    if isinstance(v, dict):
+        if not v:
+            sh.empty_object = True
+            return
+        parts: list[str] = ['"{"']
+        for i, (k, val) in enumerate(v.items()):
+            if i:
+                parts.append('","')
+            parts.append(_pair(comp, k, comp.emit(comp.literal_shape(val, path), path)))
+        parts.append('"}"')
+        name = w.new_rule("c", f"#{path}")
+        w.rule(name, [parts])
+        sh.objects.append(name)
+    else:
+        if not v:
+            sh.empty_array = True
+            return
+        parts = ['"["']
+        for i, val in enumerate(v):
+            if i:
+                parts.append('","')
+            parts.append(comp.emit(comp.literal_shape(val, path), path))
+        parts.append('"]"')
+        name = w.new_rule("c", f"#{path}")
+        w.rule(name, [parts])
+        sh.arrays.append(name)

@@ -1,0 +1,100 @@
+"""The union of JSON values a (sub)schema allows, by kind, and small type helpers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .errors import GrammarError
+
+ALL_TYPES = ("object", "array", "string", "number", "boolean", "null")
+
+
+@dataclass
+class Shape:
+    """The union of JSON values a (sub)schema allows, by kind."""
+
+    any: bool = False
+    strings: list = field(default_factory=list)  # JSON-text regex ASTs, one per string form
+    any_string: bool = False
+    numbers: list = field(default_factory=list)
+    any_number: bool = False
+    literals: set = field(default_factory=set)  # "true", "false", "null"
+    objects: list = field(default_factory=list)  # nonempty object symbols
+    empty_object: bool = False
+    arrays: list = field(default_factory=list)
+    empty_array: bool = False
+
+    def merge(self, o: Shape) -> None:
+        self.any |= o.any
+        self.any_string |= o.any_string
+        self.any_number |= o.any_number
+        for a in o.strings:
+            if a not in self.strings:
+                self.strings.append(a)
+        for a in o.numbers:
+            if a not in self.numbers:
+                self.numbers.append(a)
+        self.literals |= o.literals
+        self.objects += [s for s in o.objects if s not in self.objects]
+        self.arrays += [s for s in o.arrays if s not in self.arrays]
+        self.empty_object |= o.empty_object
+        self.empty_array |= o.empty_array
+
+    def kinds(self) -> set[str]:
+        out = set()
+        if self.any:
+            return set(ALL_TYPES)
+        if self.strings or self.any_string:
+            out.add("string")
+        if self.numbers or self.any_number:
+            out.add("number")
+        if self.literals - {"null"}:
+            out.add("boolean")
+        if "null" in self.literals:
+            out.add("null")
+        if self.objects or self.empty_object:
+            out.add("object")
+        if self.arrays or self.empty_array:
+            out.add("array")
+        return out
+
+
+def type_of(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    raise GrammarError(f"not a JSON value: {v!r}")
+
+
+def schema_types(schema: dict, path: str) -> set[str] | None:
+    t = schema.get("type")
+    if t is None:
+        return None
+    ts = [t] if isinstance(t, str) else t
+    if not isinstance(ts, list) or not all(isinstance(x, str) for x in ts):
+        raise GrammarError(f"type at #{path}/type must be a string or an array of strings")
+    bad = set(ts) - set(ALL_TYPES) - {"integer"}
+    if bad:
+        raise GrammarError(f"unknown type {sorted(bad)[0]!r} at #{path}/type")
+    return set(ts)
+
+
+def const_values(s) -> set | None:
+    if isinstance(s, dict):
+        if "const" in s:
+            return {json.dumps(s["const"], sort_keys=True)}
+        if "enum" in s and isinstance(s["enum"], list):
+            return {json.dumps(v, sort_keys=True) for v in s["enum"]}
+    return None

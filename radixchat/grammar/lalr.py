@@ -1,0 +1,295 @@
+"""Lark grammar -> LALR(1) tables, terminals as byte DFAs, and the pure functions over parser stacks.
+
+We use Lark for what it is good at (the grammar language, EBNF expansion, ``%import``, the LALR
+construction) and read its tables into plain dicts. Stacks are tuples of LALR state numbers; every
+function that looks at a stack also reports the *lowest index it read*, so that results can be cached
+under the top of the stack only (see ``DepthMemo``).
+
+Lark is built with ``strict=True``: shift/reduce conflicts are errors, not silent shifts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lark.common import ParserConf
+from lark.exceptions import LarkError
+from lark.lexer import PatternStr
+from lark.load_grammar import load_grammar
+from lark.parsers.lalr_analysis import LALR_Analyzer, Shift
+
+from .errors import GrammarError
+from .lexer import SPACE
+
+INF = 1 << 40
+ROOT = "$root"
+END = "$END"
+
+
+@dataclass(slots=True)
+class Terminal:
+    """One terminal of a grammar and how Lark would rank it against others matching the same text."""
+
+    name: str
+    pattern: str
+    dfa: int
+    priority: int
+    literal: str | None  # the exact text for flag-less string literals
+    is_str: bool
+    max_width: int
+    value_len: int
+    ignore: bool
+    minlen: int
+
+    @property
+    def rank(self) -> tuple:
+        # Lark's lexer order (lexer.py sorts by this) with literals first on exact ties ("unless").
+        return (-self.priority, not self.is_str, -self.max_width, -self.value_len, self.name)
+
+
+@dataclass(slots=True)
+class Tables:
+    """LALR(1) tables of one grammar. ``actions[q][T] = (is_shift, state or rule index)``."""
+
+    actions: list[dict[str, tuple[bool, int]]]
+    gotos: list[dict[str, int]]
+    rules: list[tuple[str, int]]
+    kernels: list[list[tuple[str, int, int]]]
+    start: int
+    end: int
+    terminals: dict[str, Terminal]
+    ignore: tuple[str, ...]
+    minlen: dict[str, int]
+
+    @property
+    def n_states(self) -> int:
+        return len(self.actions)
+
+
+def _short(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return " ".join(lines[:2])[:300] if lines else type(e).__name__
+
+
+def build_tables(text: str, source: str = "<grammar>", start: str = "start",
+                 max_states: int = 20_000) -> Tables:
+    """Load Lark grammar text and build strict LALR(1) tables. Raises GrammarError."""
+    try:
+        grammar, _ = load_grammar(text, source, None, False)
+        terms, rules, ignore = grammar.compile([start], set())
+    except LarkError as e:
+        raise GrammarError(f"{source}: {_short(e)}") from None
+    conf = ParserConf(rules, {}, [start])
+    try:
+        analyzer = LALR_Analyzer(conf, debug=True, strict=True)
+        analyzer.compute_lr0_states()
+        if len(analyzer.lr0_itemsets) > max_states:
+            raise GrammarError(f"{source}: {len(analyzer.lr0_itemsets)} LALR states (limit {max_states}); "
+                               "avoid `x?`/[x] on many items in one rule, use helper rules")
+        analyzer.compute_reads_relations()
+        analyzer.compute_includes_lookback()
+        analyzer.compute_lookaheads()
+        analyzer.compute_lalr1_states()
+    except LarkError as e:
+        raise GrammarError(f"{source}: not LALR(1): {_short(e)}") from None
+    table = analyzer.parse_table
+    by_closure = {s.closure: s for s in analyzer.lr0_itemsets}
+    states = list(table.states)
+    idx = {s: i for i, s in enumerate(states)}
+    term_names = {t.name for t in terms} | {END}
+    rule_idx: dict = {}
+    rule_list: list[tuple[str, int]] = []
+    actions: list[dict[str, tuple[bool, int]]] = []
+    gotos: list[dict[str, int]] = []
+    for s in states:
+        acts: dict[str, tuple[bool, int]] = {}
+        gts: dict[str, int] = {}
+        for sym, (action, arg) in table.states[s].items():
+            if action is Shift:
+                if sym in term_names:
+                    acts[sym] = (True, idx[arg])
+                else:
+                    gts[sym] = idx[arg]
+            else:
+                k = rule_idx.get(arg)
+                if k is None:
+                    k = rule_idx[arg] = len(rule_list)
+                    rule_list.append((arg.origin.name, len(arg.expansion)))
+                acts[sym] = (False, k)
+        actions.append(acts)
+        gotos.append(gts)
+
+    terminals: dict[str, Terminal] = {}
+    for t in terms:
+        pattern = t.pattern.to_regexp()
+        d = SPACE.dfa_id(pattern, f"{source}: terminal {t.name}")
+        is_str = isinstance(t.pattern, PatternStr)
+        terminals[t.name] = Terminal(
+            name=t.name, pattern=pattern, dfa=d, priority=t.priority,
+            literal=t.pattern.value if is_str and not t.pattern.flags else None, is_str=is_str,
+            max_width=t.pattern.max_width, value_len=len(t.pattern.value), ignore=t.name in ignore,
+            minlen=SPACE.dfas[d].shortest())
+    minlen = _min_lengths(rules, terminals)
+    for r in rules:
+        if minlen.get(r.origin.name, INF) >= INF:
+            raise GrammarError(f"{source}: rule {r.origin.name!r} can never be completed (no finite expansion)")
+    kernels: list[list[tuple[str, int, int]]] = []
+    for s in states:
+        items = set()
+        for rp in by_closure[s].kernel:
+            origin = rp.rule.origin.name
+            beta = sum(minlen.get(sym.name, INF) for sym in rp.rule.expansion[rp.index:])
+            items.add((ROOT if origin.startswith("$root_") else origin, rp.index, min(beta, INF)))
+        kernels.append(sorted(items, key=lambda it: it[2]))
+    return Tables(actions, gotos, rule_list, kernels, idx[table.start_states[start]],
+                  idx[table.end_states[start]], terminals, tuple(ignore), minlen)
+
+
+def _min_lengths(rules, terminals: dict[str, Terminal]) -> dict[str, int]:
+    """Shortest expansion of every symbol, in bytes (terminals: their DFA's shortest match)."""
+    ml: dict[str, int] = {name: t.minlen for name, t in terminals.items()}
+    changed = True
+    while changed:
+        changed = False
+        for r in rules:
+            total = 0
+            for sym in r.expansion:
+                total += ml.get(sym.name, INF)
+                if total >= INF:
+                    break
+            if total < ml.get(r.origin.name, INF):
+                ml[r.origin.name] = total
+                changed = True
+    return ml
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stack functions. ``lowest`` is the lowest stack index whose value the function read.
+
+
+def push(tables: Tables, stack: tuple[int, ...], term: str) -> tuple[tuple[int, ...] | None, int]:
+    """Feed one terminal: reductions, then the shift. Returns (new stack or None on error, lowest)."""
+    actions, gotos, rules = tables.actions, tables.gotos, tables.rules
+    lowest = len(stack) - 1
+    st = stack
+    while True:
+        act = actions[st[-1]].get(term)
+        if act is None:
+            return None, lowest
+        if act[0]:
+            return st + (act[1],), lowest
+        origin, n = rules[act[1]]
+        if n:
+            st = st[:-n]
+            if len(st) - 1 < lowest:
+                lowest = len(st) - 1
+        st = st + (gotos[st[-1]][origin],)
+
+
+def accepts_end(tables: Tables, stack: tuple[int, ...]) -> tuple[bool, int]:
+    """Whether the input may end here (Lark's ``$END`` handling), and the lowest index read."""
+    actions, gotos, rules, end = tables.actions, tables.gotos, tables.rules, tables.end
+    lowest = len(stack) - 1
+    st = stack
+    while True:
+        act = actions[st[-1]].get(END)
+        if act is None or act[0]:
+            return False, lowest
+        origin, n = rules[act[1]]
+        if n:
+            st = st[:-n]
+            if len(st) - 1 < lowest:
+                lowest = len(st) - 1
+        g = gotos[st[-1]].get(origin)
+        if g is None:
+            return False, lowest
+        if g == end:
+            return True, lowest
+        st = st + (g,)
+
+
+def _reductions(tables: Tables, stack: tuple[int, ...]) -> list[tuple[int, tuple[int, ...] | None]]:
+    """(minlen(beta), stack after reducing A) for each kernel item ``A -> alpha . beta`` of the top
+    state, sorted by minlen(beta); None for the root item (accept after beta)."""
+    out: list[tuple[int, tuple[int, ...] | None]] = []
+    for origin, alpha, beta in tables.kernels[stack[-1]]:
+        if origin == ROOT:
+            out.append((beta, None))
+            continue
+        below = stack[:-alpha] if alpha else stack
+        if not below:
+            continue
+        g = tables.gotos[below[-1]].get(origin)
+        if g is not None:
+            out.append((beta, below + (g,)))
+    return out
+
+
+def completion_cost(tables: Tables, stack: tuple[int, ...], memo: dict) -> int:
+    """Bytes of the shortest terminal string that completes ``stack`` (INF if none).
+
+    Every LR(0) kernel item ``A -> alpha . beta`` of the top state is valid for the stack, so the
+    cost is the minimum over them of ``minlen(beta)`` plus the cost after reducing ``A``. Iterative
+    (stacks may be thousands deep); ``memo`` maps stacks to costs.
+    """
+    got = memo.get(stack)
+    if got is not None:
+        return got
+    memo[stack] = INF  # in progress: guards against unit-rule cycles
+    frames: list[list] = [[stack, _reductions(tables, stack), 0, INF]]
+    while frames:
+        frame = frames[-1]
+        st, children, i, best = frame
+        if i < len(children):
+            beta, child = children[i]
+            if beta >= best:  # sorted by beta: nothing later can be cheaper
+                frame[2] = len(children)
+                continue
+            if child is None:
+                frame[3], frame[2] = beta, len(children)
+                continue
+            c = memo.get(child)
+            if c is None:
+                memo[child] = INF
+                frames.append([child, _reductions(tables, child), 0, INF])
+                continue  # come back to index i once the child is known
+            if beta + c < best:
+                frame[3] = beta + c
+            frame[2] = i + 1
+        else:
+            memo[st] = best
+            frames.pop()
+    return memo[stack]
+
+
+class DepthMemo:
+    """A cache keyed by the *top* of a stack: a value computed from ``stack[lowest:]`` only is valid
+    for every stack that ends with the same entries."""
+
+    __slots__ = ("_depths", "_store")
+
+    def __init__(self) -> None:
+        self._depths: dict[tuple, list[int]] = {}
+        self._store: dict[tuple, object] = {}
+
+    def get(self, extra, stack: tuple[int, ...]):
+        ks = self._depths.get((extra, stack[-1]))
+        if ks is not None:
+            n = len(stack)
+            for k in ks:
+                if k <= n:
+                    v = self._store.get((extra, stack[n - k:]))
+                    if v is not None:
+                        return v
+        return None
+
+    def put(self, extra, stack: tuple[int, ...], lowest: int, value) -> None:
+        k = len(stack) - max(lowest, 0)
+        self._store[(extra, stack[len(stack) - k:])] = value
+        ks = self._depths.setdefault((extra, stack[-1]), [])
+        if k not in ks:
+            ks.append(k)
+            ks.sort()
+
+    def __len__(self) -> int:
+        return len(self._store)

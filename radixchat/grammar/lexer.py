@@ -1,0 +1,230 @@
+"""The byte-level lexer shared by every grammar: lexer states and their vectorised token runs.
+
+A *lexer state* is the set of terminals still alive in the current lexeme, each with its DFA state:
+a canonical tuple ``((dfa_id, state), ...)``. Lexer states are interned process-wide in one
+``LexerSpace`` and numbered (0 is the dead state), so a JSON string's interior is the same lexer state
+in every JSON grammar, and what depends only on it is computed once per tokenizer (``LexRun``).
+
+Stepping a lexer state by a byte steps each component DFA and keeps the live ones (a lazily built
+product automaton). Rows of the product are kept as Python lists (scalar stepping in ``advance``) and
+in one numpy table (vectorised runs of the whole vocabulary in ``run``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dfa import ByteDFA, compile_regex
+from .errors import GrammarError
+
+MAX_LEXER_STATES = 2_000_000
+DEAD = 0
+
+
+class LexerSpace:
+    """All terminal DFAs and all lexer states of this process (see module docstring)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.dfas: list[ByteDFA] = []
+        self._dfa_ids: dict[str, int] = {}
+        self.comps: list[tuple[tuple[int, int], ...]] = [()]
+        self._ids: dict[tuple[tuple[int, int], ...], int] = {(): DEAD}
+        self.rows: list[list[int] | None] = [[DEAD] * 256]
+        self.accepting: list[tuple[int, ...]] = [()]
+        self.is_start: list[bool] = [False]
+        self._closed: set[int] = {DEAD}
+        self._table = np.zeros((1024, 256), dtype=np.int32)
+        self._acc_np = np.zeros(1024, dtype=bool)
+
+    # -- DFAs --------------------------------------------------------------------------------------
+
+    def dfa_id(self, pattern: str, where: str = "terminal") -> int:
+        """Intern the DFA of a Python regex; equal patterns share one id."""
+        got = self._dfa_ids.get(pattern)
+        if got is not None:
+            return got
+        dfa = compile_regex(pattern, where)
+        with self.lock:
+            got = self._dfa_ids.get(pattern)
+            if got is None:
+                got = self._dfa_ids[pattern] = len(self.dfas)
+                self.dfas.append(dfa)
+        return got
+
+    # -- lexer states ------------------------------------------------------------------------------
+
+    def intern(self, comps: tuple[tuple[int, int], ...]) -> int:
+        got = self._ids.get(comps)
+        if got is not None:
+            return got
+        with self.lock:
+            got = self._ids.get(comps)
+            if got is not None:
+                return got
+            got = len(self.comps)
+            if got >= MAX_LEXER_STATES:
+                raise GrammarError("too many lexer states (grammar terminals overlap too much)")
+            self.comps.append(comps)
+            self.rows.append(None)
+            self.accepting.append(tuple(d for d, s in comps if self.dfas[d].accept[s]))
+            self.is_start.append(all(s == 0 for _, s in comps))
+            self._ids[comps] = got
+            return got
+
+    def start_state(self, dfa_ids) -> int:
+        """The lexer state at the start of a lexeme that may be any of these terminals."""
+        return self.intern(tuple(sorted((d, 0) for d in set(dfa_ids))))
+
+    def row(self, lex: int) -> list[int]:
+        """Next lexer state for each byte (DEAD where no terminal survives)."""
+        r = self.rows[lex]
+        if r is not None:
+            return r
+        comps = self.comps[lex]
+        if len(comps) == 1:
+            (d, s), = comps
+            nxt = self.dfas[d].rows[s]
+            memo: dict[int, int] = {-1: DEAD}
+            out = []
+            for t in nxt:
+                j = memo.get(t)
+                if j is None:
+                    j = memo[t] = self.intern(((d, t),))
+                out.append(j)
+        else:
+            cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64)
+            uniq, inv = np.unique(cols, axis=1, return_inverse=True)
+            ids = []
+            for k in range(uniq.shape[1]):
+                col = uniq[:, k].tolist()
+                ids.append(self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0)))
+            out = [ids[i] for i in inv.reshape(-1).tolist()]
+        self.rows[lex] = out
+        return out
+
+    def step(self, lex: int, byte: int) -> int:
+        r = self.rows[lex]
+        if r is None:
+            r = self.row(lex)
+        return r[byte]
+
+    def closure(self, lex: int) -> np.ndarray:
+        """Materialise the numpy rows of every state reachable from ``lex``; returns the table."""
+        if lex in self._closed:
+            return self._table
+        with self.lock:
+            todo = [lex]
+            seen = {lex}
+            while todo:
+                s = todo.pop()
+                for t in set(self.row(s)):
+                    if t not in seen and t not in self._closed:
+                        seen.add(t)
+                        todo.append(t)
+            n = len(self.comps)
+            if n > self._table.shape[0]:
+                cap = max(n, 2 * self._table.shape[0])
+                table = np.zeros((cap, 256), dtype=np.int32)
+                table[: self._table.shape[0]] = self._table
+                acc = np.zeros(cap, dtype=bool)
+                acc[: self._acc_np.shape[0]] = self._acc_np
+                self._table, self._acc_np = table, acc
+            for s in seen:
+                self._table[s] = self.rows[s]
+                self._acc_np[s] = bool(self.accepting[s])
+            self._closed |= seen
+        return self._table
+
+    @property
+    def accepting_np(self) -> np.ndarray:
+        return self._acc_np
+
+    def describe(self, lex: int) -> tuple[tuple[str, int], ...]:
+        """A process-independent name of a lexer state (for persisted caches)."""
+        return tuple((self.dfas[d].pattern, s) for d, s in self.comps[lex])
+
+
+SPACE = LexerSpace()
+
+
+@dataclass(slots=True)
+class LexRun:
+    """What one lexer state does to every text token of one tokenizer (context-independent).
+
+    - ``inside_ids``: tokens consumed entirely inside the current lexeme; ``inside_final[i]`` is the
+      lexer state after ``inside_ids[i]``;
+    - ``cont``: bool[256], bytes that continue the current lexeme. A token whose first byte is not in it
+      ends the lexeme before its first byte (possible only if the state is accepting);
+    - ``cross``: tokens that end the lexeme after their first byte: ``(pre_state, ids, offsets)``, where
+      the lexeme ends in accepting ``pre_state`` and the token's bytes from ``offset`` on remain.
+    """
+
+    inside_ids: np.ndarray
+    inside_final: np.ndarray
+    cont: np.ndarray
+    cross: list[tuple[int, np.ndarray, np.ndarray]]
+
+
+def run(lex: int, ids: np.ndarray, offs: np.ndarray, flat: np.ndarray, starts: np.ndarray,
+        lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run the bytes ``flat[starts[id] + off:]`` of each row from lexer state ``lex``, vectorised.
+
+    Returns ``(final, death, pre)``: ``final`` is the lexer state after the whole row (DEAD if the lexeme
+    died first); for rows that died, ``death`` is the offset of the byte that could not be consumed
+    and ``pre`` the lexer state before it (``death`` is -1 for rows that did not die).
+    """
+    table = SPACE.closure(lex)
+    n = ids.shape[0]
+    final = np.zeros(n, dtype=np.int32)
+    death = np.full(n, -1, dtype=np.int32)
+    pre = np.zeros(n, dtype=np.int32)
+    rows = np.arange(n)
+    cur = np.full(n, lex, dtype=np.int32)
+    pos = offs.astype(np.int64)
+    base = starts[ids].astype(np.int64)
+    end = lens[ids].astype(np.int64)
+    done = pos >= end
+    if done.any():
+        final[rows[done]] = lex
+        keep = ~done
+        rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
+    while rows.size:
+        nxt = table[cur, flat[base + pos]]
+        dead = nxt == DEAD
+        if dead.any():
+            r = rows[dead]
+            death[r] = pos[dead]
+            pre[r] = cur[dead]
+            keep = ~dead
+            rows, nxt, pos, base, end = rows[keep], nxt[keep], pos[keep], base[keep], end[keep]
+        pos = pos + 1
+        cur = nxt
+        done = pos >= end
+        if done.any():
+            final[rows[done]] = cur[done]
+            keep = ~done
+            rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
+    return final, death, pre
+
+
+def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray,
+            lens: np.ndarray) -> LexRun:
+    """Compute the ``LexRun`` of a lexer state over all text tokens."""
+    final, death, pre = run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
+    inside = final != DEAD
+    acc = SPACE.accepting_np
+    crossing = (death >= 1) & acc[pre]
+    cross = []
+    if crossing.any():
+        cid, cpre, coff = text_ids[crossing], pre[crossing], death[crossing]
+        order = np.argsort(cpre, kind="stable")
+        cid, cpre, coff = cid[order], cpre[order], coff[order]
+        cuts = np.flatnonzero(np.diff(cpre)) + 1
+        for a, b in zip(np.r_[0, cuts], np.r_[cuts, cpre.size]):
+            cross.append((int(cpre[a]), cid[a:b], coff[a:b]))
+    cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
+    return LexRun(text_ids[inside], final[inside], cont, cross)

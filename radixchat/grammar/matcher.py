@@ -1,0 +1,120 @@
+"""Per-request matcher: the object the engine's sampler asks for a token mask each step.
+
+It satisfies the engine's ``TokenMatcher`` protocol (``allowed``, ``advance``, ``is_accepting``,
+``is_terminated``) without importing the engine.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .compiler import CompiledGrammar, Entry
+from .errors import GrammarError
+from .lexer import DEAD, SPACE
+
+
+class GrammarMatcher:
+    """The state of one constrained output: LALR stack + lexer state, plus the tokens taken so far.
+
+    Contract: ``allowed()`` never returns an all-False mask; EOS ids are set iff ``is_accepting()``;
+    after ``advance(eos)`` the matcher is finished and only EOS stays allowed.
+    """
+
+    __slots__ = ("grammar", "stack", "lex", "_entry", "finished", "n_tokens", "_eos")
+
+    def __init__(self, grammar: CompiledGrammar) -> None:
+        self.grammar = grammar
+        self.stack: tuple[int, ...] = grammar.initial_stack
+        ctx, _ = grammar.context(self.stack, False)
+        self.lex = ctx.lex0
+        self._entry: Entry | None = None
+        self.finished = False
+        self.n_tokens = 0
+        self._eos = frozenset(grammar.info.eos_ids)
+
+    # -- the TokenMatcher protocol ---------------------------------------------------------------------
+
+    def allowed(self, remaining: int | None = None) -> torch.Tensor:
+        """bool[vocab_size] on CPU (interned: do not mutate). With ``remaining`` (tokens the request may
+        still generate, EOS included), only tokens after which the output can still be completed in
+        budget are allowed (see ``CompiledGrammar.budget_mask``)."""
+        e = self._entry
+        if e is None:
+            e = self._entry = self.grammar.entry(self.stack, self.lex)
+        if remaining is None or self.finished:
+            return e.tensor
+        g = self.grammar
+        limit = remaining - 2
+        if limit >= g.lex_cost(self.stack, self.lex) + g.horizon or limit >= g.max_next_cost(self.stack, self.lex):
+            return e.tensor
+        return g.budget_mask(self.stack, self.lex, max(int(remaining), 1))
+
+    def can_advance(self, token_id: int) -> bool:
+        e = self._entry
+        if e is None:
+            e = self._entry = self.grammar.entry(self.stack, self.lex)
+        return 0 <= token_id < e.mask.shape[0] and bool(e.mask[token_id])
+
+    def advance(self, token_id: int) -> None:
+        """Take one token. Raises GrammarError (state unchanged) if it is not allowed here."""
+        token_id = int(token_id)
+        if self.finished:
+            if token_id in self._eos:
+                return
+            raise GrammarError(f"token {token_id} after EOS")
+        if not self.can_advance(token_id):
+            raise GrammarError(f"token {token_id} is not allowed here")
+        if token_id in self._eos:
+            self.finished = True
+            self.n_tokens += 1
+            return
+        data = self.grammar.token_bytes(token_id)
+        r = self.grammar.feed(self.stack, self.lex, data) if data is not None else None
+        if r is None:  # pragma: no cover - the mask said yes; a disagreement is a bug
+            raise GrammarError(f"token {token_id} was allowed but cannot be fed (internal error)")
+        self.stack, self.lex = r
+        self._entry = None
+        self.n_tokens += 1
+
+    def is_accepting(self) -> bool:
+        """True when EOS is allowed here (the output so far is complete)."""
+        if self.finished:
+            return True
+        e = self._entry
+        if e is None:
+            e = self._entry = self.grammar.entry(self.stack, self.lex)
+        return e.accepting
+
+    def is_terminated(self) -> bool:
+        """Accepting and nothing but EOS can follow (or EOS was taken): the engine may stop."""
+        if self.finished:
+            return True
+        e = self._entry
+        if e is None:
+            e = self._entry = self.grammar.entry(self.stack, self.lex)
+        return e.only_eos
+
+    # -- extras ------------------------------------------------------------------------------------------
+
+    def advance_bytes(self, data: bytes) -> None:
+        """Feed raw text bytes (e.g. a forced prefix). Raises GrammarError if they cannot continue."""
+        r = self.grammar.feed(self.stack, self.lex, data)
+        if r is None or r[1] == DEAD:
+            raise GrammarError(f"bytes {data[:40]!r} cannot continue the output here")
+        self.stack, self.lex = r
+        self._entry = None
+
+    def copy(self) -> GrammarMatcher:
+        """An independent matcher in the same state (states are immutable tuples: O(1))."""
+        m = GrammarMatcher.__new__(GrammarMatcher)
+        m.grammar, m.stack, m.lex, m._entry = self.grammar, self.stack, self.lex, self._entry
+        m.finished, m.n_tokens, m._eos = self.finished, self.n_tokens, self._eos
+        return m
+
+    def shortest_completion(self) -> int:
+        """Bytes of the shortest text that completes the output from here (0 when accepting)."""
+        return 0 if self.finished else int(self.grammar.lex_cost(self.stack, self.lex))
+
+    @property
+    def in_lexeme(self) -> bool:
+        return not SPACE.is_start[self.lex]

@@ -1,0 +1,216 @@
+"""What the grammar package needs to know about a tokenizer: each token's bytes, and which are special.
+
+``TokenizerInfo`` is built once per tokenizer and shared by every grammar compiled for it; it also
+owns the context-independent mask cache (one ``LexRun`` per lexer state), which can be saved to disk
+and loaded again for the same vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .errors import GrammarError
+from .lexer import SPACE, LexRun, lex_run
+from .lexer import run as run_rows
+
+
+def _bytes_to_unicode() -> dict[str, int]:
+    """GPT-2's printable stand-ins for bytes, inverted: char -> byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+_BYTE_DECODER = _bytes_to_unicode()
+
+
+def _decode_byte_level(piece: str) -> bytes | None:
+    try:
+        return bytes(_BYTE_DECODER[c] for c in piece)
+    except KeyError:
+        return None
+
+
+def _decode_sentencepiece(piece: str) -> bytes:
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            return bytes([int(piece[3:5], 16)])
+        except ValueError:
+            pass
+    return piece.replace("\u2581", " ").encode("utf-8")
+
+
+class TokenizerInfo:
+    """Token bytes, special tokens and EOS ids of one tokenizer, for a logits width ``vocab_size``.
+
+    Invariants: ``token_bytes[i]`` is None for special tokens, empty tokens and ids the tokenizer does
+    not define; such tokens never match grammar text. ``vocab_size >= len(token_bytes)``; ids past the
+    tokenizer (padding rows of the logits) are never allowed.
+    """
+
+    def __init__(self, token_bytes: Sequence[bytes | None], *, vocab_size: int | None = None,
+                 eos_ids: Iterable[int] = (), special: dict[int, str] | None = None) -> None:
+        n = len(token_bytes)
+        self.vocab_size = int(vocab_size if vocab_size is not None else n)
+        if self.vocab_size < n:
+            raise GrammarError(f"vocab_size {self.vocab_size} is smaller than the tokenizer ({n} tokens)")
+        self.special_text: dict[int, str] = dict(special or {})
+        self.eos_ids: tuple[int, ...] = tuple(sorted(set(int(i) for i in eos_ids)))
+        if not self.eos_ids:
+            raise GrammarError("TokenizerInfo needs at least one EOS token id")
+        for i in self.eos_ids:
+            if not 0 <= i < self.vocab_size:
+                raise GrammarError(f"EOS id {i} is outside the vocabulary (size {self.vocab_size})")
+        self.token_bytes: list[bytes | None] = [
+            None if (b is None or len(b) == 0 or i in self.special_text or i in self.eos_ids) else bytes(b)
+            for i, b in enumerate(token_bytes)
+        ]
+        lens = np.array([len(b) if b is not None else 0 for b in self.token_bytes], dtype=np.int32)
+        starts = np.zeros(n, dtype=np.int64)
+        if n:
+            starts[1:] = np.cumsum(lens[:-1])
+        self.lens = lens
+        self.starts = starts
+        self.flat = np.frombuffer(b"".join(b for b in self.token_bytes if b is not None) + b"\0", dtype=np.uint8)
+        self.text_ids = np.flatnonzero(lens > 0).astype(np.int64)
+        self.max_token_bytes = int(lens.max()) if n else 0
+        self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
+        self._runs: dict[int, LexRun] = {}
+        #: Interned masks: packed bits -> (tensor, numpy view); one tensor per distinct mask.
+        self.masks: dict[bytes, tuple] = {}
+        self._ends_first: dict[int, np.ndarray] = {}
+        self._rows: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    # -- construction ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, vocab_size: int | None = None,
+                       eos_ids: Iterable[int] | None = None) -> TokenizerInfo:
+        """Build from a Hugging Face tokenizer (fast/``tokenizers``-backed; byte-level BPE or SentencePiece).
+
+        ``vocab_size`` is the model's logits width (default: the tokenizer's length). ``eos_ids`` are the
+        ids that end generation (default: the tokenizer's ``eos_token_id``); pass the model's
+        ``generation_config.eos_token_id`` when it lists several.
+        """
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        spec = json.loads(backend.to_str()) if backend is not None else {}
+        decoder = json.dumps(spec.get("decoder") or {})
+        byte_level = '"ByteLevel"' in decoder
+        added: dict[int, tuple[str, bool]] = {}
+        for tok in spec.get("added_tokens", []):
+            added[int(tok["id"])] = (tok["content"], bool(tok.get("special")))
+        for i, tok in getattr(tokenizer, "added_tokens_decoder", {}).items():
+            added.setdefault(int(i), (str(tok.content), bool(getattr(tok, "special", False))))
+        vocab = tokenizer.get_vocab()
+        n = max([len(tokenizer)] + [i + 1 for i in vocab.values()] + [i + 1 for i in added])
+        pieces: list[str | None] = [None] * n
+        for piece, i in vocab.items():
+            pieces[i] = piece
+        token_bytes: list[bytes | None] = [None] * n
+        special: dict[int, str] = {}
+        for i, piece in enumerate(pieces):
+            if i in added:
+                content, is_special = added[i]
+                if is_special:
+                    special[i] = content
+                else:
+                    token_bytes[i] = content.encode("utf-8")
+            elif piece is not None:
+                token_bytes[i] = _decode_byte_level(piece) if byte_level else _decode_sentencepiece(piece)
+        if eos_ids is None:
+            eos = tokenizer.eos_token_id
+            eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        return cls(token_bytes, vocab_size=vocab_size, eos_ids=eos_ids, special=special)
+
+    # -- context-independent mask cache -------------------------------------------------------------
+
+    def lexrun(self, lex: int) -> LexRun:
+        run = self._runs.get(lex)
+        if run is None:
+            run = lex_run(lex, self.text_ids, self.flat, self.starts, self.lens)
+            self._runs[lex] = run
+        return run
+
+    def ends_first(self, lex: int, run: LexRun) -> np.ndarray:
+        """Text token ids whose first byte cannot continue the lexeme of ``lex`` (cached)."""
+        got = self._ends_first.get(lex)
+        if got is None:
+            ids = self.text_ids
+            got = self._ends_first[lex] = ids[~run.cont[self.flat[self.starts[ids]]]]
+        return got
+
+    def rows_run(self, key, lex: int, ids: np.ndarray, offs: np.ndarray):
+        """``lexer.run`` of rows identified by ``key`` from ``lex`` (cached: context-independent)."""
+        got = self._rows.get((key, lex))
+        if got is None:
+            got = self._rows[(key, lex)] = run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
+        return got
+
+    @property
+    def cached_lexer_states(self) -> int:
+        return len(self._runs)
+
+    def save_cache(self, path: str | Path) -> int:
+        """Write the context-independent cache (one ``LexRun`` per lexer state seen) to ``path`` (npz).
+
+        Returns the number of lexer states written. Only useful with the same vocabulary: ``load_cache``
+        checks the fingerprint.
+        """
+        arrays: dict[str, np.ndarray] = {}
+        index = []
+        for k, (lex, run) in enumerate(list(self._runs.items())):
+            finals = np.unique(run.inside_final)
+            index.append({
+                "lex": SPACE.describe(lex),
+                "finals": [SPACE.describe(int(f)) for f in finals],
+                "cross": [SPACE.describe(p) for p, _, _ in run.cross],
+            })
+            arrays[f"i{k}"] = run.inside_ids
+            arrays[f"f{k}"] = np.searchsorted(finals, run.inside_final).astype(np.int32)
+            arrays[f"c{k}"] = run.cont
+            for j, (_, ids, offs) in enumerate(run.cross):
+                arrays[f"x{k}_{j}"] = ids
+                arrays[f"o{k}_{j}"] = offs
+        meta = {"fingerprint": self.fingerprint, "index": index}
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        with open(path, "wb") as f:
+            np.savez_compressed(f, **arrays)
+        return len(index)
+
+    def load_cache(self, path: str | Path) -> int:
+        """Load a cache written by ``save_cache``; returns how many lexer states were added."""
+        with np.load(path) as data:
+            meta = json.loads(bytes(data["meta"]).decode())
+            if meta["fingerprint"] != self.fingerprint:
+                raise GrammarError(f"{path}: mask cache was written for a different vocabulary")
+            added = 0
+            for k, entry in enumerate(meta["index"]):
+                lex = _intern_description(entry["lex"])
+                if lex in self._runs:
+                    continue
+                finals = np.array([_intern_description(d) for d in entry["finals"]], dtype=np.int32)
+                cross = [(_intern_description(d), data[f"x{k}_{j}"], data[f"o{k}_{j}"])
+                         for j, d in enumerate(entry["cross"])]
+                inside_ids = data[f"i{k}"]
+                inside_final = finals[data[f"f{k}"]] if len(finals) else np.zeros(0, dtype=np.int32)
+                self._runs[lex] = LexRun(inside_ids, inside_final, data[f"c{k}"], cross)
+                added += 1
+        return added
+
+
+def _intern_description(desc) -> int:
+    comps = tuple(sorted((SPACE.dfa_id(pattern), int(state)) for pattern, state in desc))
+    return SPACE.intern(comps)

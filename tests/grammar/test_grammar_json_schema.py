@@ -1,0 +1,140 @@
+"""JSON Schema: soundness (outputs validate), completeness (valid instances are never masked),
+rejection of invalid instances, and clear errors for what we do not support."""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+
+import jsonschema
+import pytest
+from grammar_helpers import dumps_variants, first_rejection, tokenizations, walk
+from grammar_schema_cases import CASES
+
+from radixchat.grammar import GrammarError, GrammarWarning, compile_json_schema, json_schema_to_lark
+
+IDS = [c["name"] for c in CASES]
+
+
+def _validator(schema):
+    cls = jsonschema.Draft202012Validator
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def test_corpus_valid_instances_really_validate():
+    for case in CASES:
+        v = _validator(case["schema"])
+        for inst in case["valid"]:
+            v.validate(inst)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_valid_instances_are_never_masked(case, info, request):
+    tokenizer = request.getfixturevalue("smol_tokenizer" if info.vocab_size == 49152 else "qwen_tokenizer")
+    g = compile_json_schema(case["schema"], info)
+    rng = random.Random(case["name"])
+    for inst in case["valid"]:
+        texts = dumps_variants(inst)
+        for text in (texts[0], texts[-1]):
+            for ids in tokenizations(text, tokenizer, info, rng, n_random=1):
+                assert first_rejection(g, ids) is None, (text, ids)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_invalid_instances_are_rejected_at_some_prefix(case, smol_info, smol_tokenizer):
+    g = compile_json_schema(case["schema"], smol_info)
+    for inst in case["invalid"]:
+        text = json.dumps(inst, ensure_ascii=False)
+        assert first_rejection(g, smol_tokenizer.encode(text)) is not None, text
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_random_walk_outputs_parse_with_lark_and_validate(case, info):
+    g = compile_json_schema(case["schema"], info)
+    lark = g.lark()
+    validator = _validator(case["schema"])
+    rng = random.Random(case["name"])
+    for _ in range(6):
+        _, out, finished = walk(g, info, rng, 96)
+        assert finished, out  # never stuck, always complete within budget
+        text = out.decode()
+        lark.parse(text)
+        validator.validate(json.loads(text))
+
+
+@pytest.mark.parametrize("keyword, schema, pointer", [
+    ("uniqueItems", {"type": "array", "uniqueItems": True}, "#/uniqueItems"),
+    ("contains", {"type": "array", "contains": {"type": "integer"}}, "#/contains"),
+    ("not", {"properties": {"a": {"not": {"type": "string"}}}}, "#/properties/a/not"),
+    ("if", {"if": {"type": "string"}, "then": {"minLength": 1}}, "#/if"),
+    ("dependencies", {"type": "object", "dependencies": {"a": ["b"]}}, "#/dependencies"),
+])
+def test_unsupported_keywords_name_the_keyword_and_pointer(smol_info, keyword, schema, pointer):
+    with pytest.raises(GrammarError) as e:
+        compile_json_schema(schema, smol_info, cache=False)
+    assert keyword in str(e.value) and pointer in str(e.value)
+
+
+def test_lenient_ignores_unsupported_keywords_with_a_warning(smol_info):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        g = compile_json_schema({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, smol_info,
+                                lenient=True, cache=False)
+    assert any(issubclass(x.category, GrammarWarning) and "uniqueItems" in str(x.message) for x in w)
+    m = g.matcher()
+    m.advance_bytes(b"[1,1]")
+    assert m.is_accepting()
+
+
+def test_remote_ref_is_rejected(smol_info):
+    with pytest.raises(GrammarError, match="remote"):
+        compile_json_schema({"$ref": "https://example.com/s.json"}, smol_info, cache=False)
+
+
+def test_unresolvable_ref_names_it(smol_info):
+    with pytest.raises(GrammarError, match="does not resolve"):
+        compile_json_schema({"properties": {"a": {"$ref": "#/$defs/missing"}}}, smol_info, cache=False)
+
+
+def test_oneof_must_be_provably_disjoint(smol_info):
+    with pytest.raises(GrammarError, match="oneOf at #"):
+        compile_json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]}, smol_info, cache=False)
+    compile_json_schema({"oneOf": [{"type": "integer"}, {"type": "string"}]}, smol_info, cache=False)
+
+
+def test_overlapping_object_branches_report_the_schema_location(smol_info):
+    schema = {"anyOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]}]}
+    with pytest.raises(GrammarError, match="#/anyOf/"):
+        compile_json_schema(schema, smol_info, cache=False)
+
+
+def test_properties_follow_schema_order(smol_info, smol_tokenizer):
+    g = compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                             "required": ["a", "b"]}, smol_info)
+    assert first_rejection(g, smol_tokenizer.encode('{"a": 1, "b": 2}')) is None
+    assert first_rejection(g, smol_tokenizer.encode('{"b": 2, "a": 1}')) is not None
+
+
+def test_no_schema_means_any_object(smol_info, smol_tokenizer):
+    g = compile_json_schema(None, smol_info)
+    assert first_rejection(g, smol_tokenizer.encode('{"x": [1, {"y": null}]}')) is None
+    assert first_rejection(g, smol_tokenizer.encode("[1]")) is not None
+
+
+def test_schema_as_json_text_and_caching(smol_info):
+    text = json.dumps({"type": "integer"})
+    assert compile_json_schema(text, smol_info) is compile_json_schema({"type": "integer"}, smol_info)
+
+
+def test_generated_grammar_is_plain_lark(smol_info):
+    import lark
+
+    text = json_schema_to_lark({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
+                                "required": ["n"]})
+    parser = lark.Lark(text, parser="lalr")
+    parser.parse('{"n": 150}')
+    with pytest.raises(lark.exceptions.LarkError):
+        parser.parse('{"n": 0}')
