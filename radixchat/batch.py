@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from radixchat.chat.backend import LocalBackend, TurnResult, sampling_params
 from radixchat.chat.conversation import Conversation
+from radixchat.chat.modes import ModeError, grammar_for
 from radixchat.chat.session import (
     SamplingSettings,
     conversation_from_session,
@@ -233,8 +234,12 @@ class BatchRunner:
                 conv = conversation_from_session(saved, self.backend.fmt, self.backend.model_name)
             else:
                 conv = self.backend.new_conversation(system=spec.system if spec.system is not None else self.settings.system_prompt)
-            if spec.mode != "chat":
-                raise RadixchatError(f"mode '{spec.mode}' is not available in this build yet")
+            mode = spec.mode if spec.session is None or "mode" in spec.model_fields_set else saved.mode
+            schema = spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
+            if mode == "tool":
+                raise ModeError("tool mode is not available in batch mode yet")
+            # Compiling checks the schema before any turn runs; each turn then gets a fresh matcher.
+            await asyncio.to_thread(grammar_for, self.backend, mode, schema)
             params = sampling_for(spec, self.settings, saved.sampling if saved else None)
         except RadixchatError as exc:
             job.failed = True
@@ -243,7 +248,8 @@ class BatchRunner:
         for turn, text in enumerate(spec.turns):
             try:
                 conv.add_user(text)
-                result = await self.backend.reply(conv, params).result()
+                grammar = await asyncio.to_thread(grammar_for, self.backend, mode, schema)
+                result = await self.backend.reply(conv, params, grammar).result()
             except RadixchatError as exc:
                 job.failed = True
                 self.writer.add(job, record(job, turn, error=f"line {job.line}{_id_note(job)} turn {turn}: {exc}"))
@@ -256,16 +262,16 @@ class BatchRunner:
             if result.finish_reason in ("error", "cancelled"):
                 break
         if self.save_dir is not None:
-            self._save(job, conv, spec, saved)
+            self._save(job, conv, spec, saved, mode, schema)
 
-    def _save(self, job: Job, conv: Conversation, spec: BatchLine, saved: Any) -> None:
+    def _save(self, job: Job, conv: Conversation, spec: BatchLine, saved: Any, mode: str, schema: Any) -> None:
         name = str(spec.id)
         sampling = SamplingSettings(
             temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
             repetition_penalty=spec.repetition_penalty, max_tokens=spec.max_tokens, seed=spec.seed,
         )
         session = session_from_conversation(
-            conv, name=name, model=self.backend.model_name, mode=spec.mode, base=saved, sampling=sampling
+            conv, name=name, model=self.backend.model_name, mode=mode, base=saved, sampling=sampling, json_schema=schema
         )
         try:
             save_session(session, session_path(self.save_dir, name))

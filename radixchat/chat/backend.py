@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
+from radixchat.chat.modes import GrammarService, Mode
 from radixchat.engine import Engine, EngineStats, FinishEvent, SamplingParams, TokenEvent, TokenMatcher
 
 
@@ -132,12 +133,22 @@ class LocalBackend:
         self.engine = engine
         self.model_name = engine.model_name
         self.fmt = ChatFormat(engine.tokenizer)
+        loaded = engine.loaded
+        self.grammars = GrammarService(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids)
 
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
         return Conversation(self.fmt, system=system, tools=tools)
 
+    def constraint(
+        self, mode: Mode, *, schema: Any = None, tools: list[dict] | None = None, tool_choice: str | dict = "auto"
+    ) -> TokenMatcher:
+        """A fresh grammar matcher for one reply in ``mode`` (see ``modes.grammar_for``)."""
+        return self.grammars.matcher(mode, schema, tools, tool_choice)
+
     def reply(self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None) -> LocalReply:
-        """Start generating the reply to the conversation's last message (raises RequestError)."""
+        """Start generating the reply to the conversation's last message (raises RequestError).
+
+        ``grammar`` is the constraint from ``modes.grammar_for`` (a matcher for this engine)."""
         handle = self.engine.submit(conv.prompt_ids(), params, grammar)
         return LocalReply(conv, handle)
 

@@ -177,3 +177,26 @@ def test_batch_mode_does_not_import_textual():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_json_mode_lines_give_schema_valid_replies(tmp_path):
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 30}, "population": {"type": "integer"}},
+        "required": ["city", "population"],
+    }
+    rows = [
+        {"id": "j1", "mode": "json", "schema": schema, "turns": ["Paris as JSON.", "Now Berlin."], "max_tokens": 48},
+        {"id": "j2", "mode": "json", "turns": ["Any JSON about cats."], "max_tokens": 48, "temperature": 1.0, "seed": 3},
+        {"id": "j3", "mode": "json", "schema": {"type": "object", "not": {}}, "turns": ["x"]},
+    ]
+    proc = run(["--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--ordered"])
+    assert proc.returncode == 1
+    recs = records(proc.stdout)
+    for r in recs[:2]:
+        assert r["finish_reason"] == "stop", r
+        jsonschema.validate(json.loads(r["reply"]), schema)
+    assert recs[2]["id"] == "j2" and isinstance(json.loads(recs[2]["reply"]), dict)
+    assert recs[3]["id"] == "j3" and "unsupported keyword 'not'" in recs[3]["error"]

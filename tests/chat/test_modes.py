@@ -1,0 +1,107 @@
+"""JSON mode through the real engine: every reply that ends with EOS is valid JSON for its schema."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from radixchat.chat.backend import LocalBackend
+from radixchat.chat.modes import ModeError, grammar_for
+from radixchat.engine import Engine, EngineConfig, SamplingParams
+
+SCHEMAS = {
+    "person": {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}},
+        "required": ["name", "age"],
+    },
+    "enum_and_array": {
+        "type": "object",
+        "properties": {
+            "colour": {"enum": ["red", "green", "blue"]},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 1, "maxItems": 3},
+        },
+        "required": ["colour", "tags"],
+    },
+    "nested": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 20},
+            "location": {
+                "type": "object",
+                "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                "required": ["lat", "lon"],
+            },
+            "capital": {"type": "boolean"},
+        },
+        "required": ["city", "location", "capital"],
+    },
+    "any_json": None,
+}
+
+
+@pytest.fixture
+async def backend(smol):
+    engine = Engine(smol[0], EngineConfig(kv_pool_tokens=8192, debug=True))
+    await engine.start()
+    yield LocalBackend(engine)
+    await engine.stop()
+    engine.core.check_integrity()
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", list(SCHEMAS))
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+async def test_json_mode_replies_are_valid_for_their_schema(backend, name, temperature):
+    schema = SCHEMAS[name]
+    conv = backend.new_conversation(system="You answer in JSON.")
+    conv.add_user(f"Give me an example object ({name.replace('_', ' ')}).")
+    grammar = grammar_for(backend, "json", schema)
+    params = SamplingParams(max_tokens=80, temperature=temperature, seed=7)
+    result = await backend.reply(conv, params, grammar).result()
+    assert result.finish_reason == "stop", result.message.content
+    value = json.loads(result.message.content)
+    if schema is None:
+        assert isinstance(value, dict)
+    else:
+        jsonschema.validate(value, schema)
+
+
+@pytest.mark.real_model
+async def test_json_mode_steers_to_completion_within_a_small_budget(backend):
+    conv = backend.new_conversation()
+    conv.add_user("List as many fruits as you can, as a JSON object with a 'fruits' array.")
+    schema = {"type": "object", "properties": {"fruits": {"type": "array", "items": {"type": "string"}}},
+              "required": ["fruits"]}
+    result = await backend.reply(conv, SamplingParams(max_tokens=24), grammar_for(backend, "json", schema)).result()
+    assert result.completion_tokens <= 24
+    assert result.finish_reason == "stop", "the grammar should close the JSON before the budget runs out"
+    jsonschema.validate(json.loads(result.message.content), schema)
+
+
+@pytest.mark.real_model
+async def test_second_json_turn_reuses_the_first(backend):
+    conv = backend.new_conversation()
+    g = lambda: grammar_for(backend, "json", SCHEMAS["person"])  # noqa: E731
+    conv.add_user("A person named Ada.")
+    first = await backend.reply(conv, SamplingParams(max_tokens=40), g()).result()
+    conv.add_user("Now one named Alan.")
+    second = await backend.reply(conv, SamplingParams(max_tokens=40), g()).result()
+    assert second.cached_tokens >= first.prompt_tokens + first.completion_tokens - 1
+
+
+def test_chat_mode_is_unconstrained():
+    assert grammar_for(object(), "chat") is None
+
+
+@pytest.mark.real_model
+async def test_unsupported_schema_is_a_mode_error(backend):
+    with pytest.raises(ModeError, match="'not'"):
+        grammar_for(backend, "json", {"not": {"type": "string"}})
+
+
+def test_backend_without_constraints_refuses_json_mode():
+    with pytest.raises(ModeError, match="not available"):
+        grammar_for(object(), "json")
