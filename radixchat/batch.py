@@ -24,15 +24,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from radixchat.chat.backend import LocalBackend, TurnResult, sampling_params
 from radixchat.chat.conversation import Conversation
-from radixchat.chat.modes import ModeError, grammar_for
+from radixchat.chat.modes import grammar_for
 from radixchat.chat.session import (
     SamplingSettings,
+    SessionFile,
     conversation_from_session,
     load_session,
     save_session,
     session_from_conversation,
     session_path,
 )
+from radixchat.chat.tool_turn import ToolTurn, run_tool_turn
+from radixchat.chat.tools import Tool, ToolContext, ToolRegistry, allow_listed
 from radixchat.config import Settings
 from radixchat.engine import Engine, SamplingParams
 from radixchat.errors import RadixchatError
@@ -67,6 +70,13 @@ class BatchLine(BaseModel):
             raise ValueError("'system' and 'session' cannot both be given (the session has its system prompt)")
         if self.json_schema is not None and self.mode != "json":
             raise ValueError("'schema' needs \"mode\": \"json\"")
+        if (self.tools is not None or self.tool_choice is not None) and self.mode != "tool":
+            raise ValueError("'tools' and 'tool_choice' need \"mode\": \"tool\"")
+        choice = self.tool_choice
+        if isinstance(choice, str) and choice not in ("auto", "required", "none"):
+            raise ValueError("tool_choice must be 'auto', 'required', 'none' or {\"name\": TOOL}")
+        if isinstance(choice, dict) and (set(choice) != {"name"} or not isinstance(choice["name"], str)):
+            raise ValueError("tool_choice must be 'auto', 'required', 'none' or {\"name\": TOOL}")
         return self
 
 
@@ -81,18 +91,28 @@ class Job:
     failed: bool = False
 
 
-def record(job: Job, turn: int | None, result: TurnResult | None = None, error: str | None = None) -> dict[str, Any]:
+def record(
+    job: Job,
+    turn: int | None,
+    result: TurnResult | None = None,
+    error: str | None = None,
+    tool_turn: ToolTurn | None = None,
+) -> dict[str, Any]:
+    if tool_turn is not None:
+        result = tool_turn.final
+    first = tool_turn.rounds[0] if tool_turn is not None else result
     return {
         "id": job.id,
         "line": job.line,
         "turn": turn,
-        "reply": result.message.content if result else None,
+        "reply": (tool_turn.text if tool_turn is not None else result.message.content) if result else None,
         "finish_reason": result.finish_reason if result else "error",
-        "usage": result.usage() if result else None,
-        "ttft_ms": round(result.ttft_ms, 2) if result and result.ttft_ms is not None else None,
+        "usage": (tool_turn.usage() if tool_turn is not None else result.usage()) if result else None,
+        "ttft_ms": round(first.ttft_ms, 2) if first and first.ttft_ms is not None else None,
         "decode_tokens_per_s": (
             round(result.decode_tokens_per_s, 2) if result and result.decode_tokens_per_s is not None else None
         ),
+        "tool_calls": [c.as_dict() for c in tool_turn.calls] if tool_turn is not None else [],
         "error": error if error is not None else (result.error if result else None),
     }
 
@@ -206,13 +226,37 @@ def sampling_for(spec: BatchLine, settings: Settings, saved: SamplingSettings | 
     return sampling_params(settings, stop=spec.stop or (), **{n: overrides.get(n) for n in names})
 
 
+@dataclass
+class Plan:
+    """How one conversation runs, resolved from its line, its saved session and the settings."""
+
+    conv: Conversation
+    params: SamplingParams
+    mode: str
+    schema: Any = None
+    tools: list[Tool] = field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
+    ctx: ToolContext = field(default_factory=ToolContext)
+    saved: SessionFile | None = None
+
+
 class BatchRunner:
-    def __init__(self, backend: LocalBackend, settings: Settings, writer: Writer, progress: Progress, save_dir: Path | None):
+    def __init__(
+        self,
+        backend: LocalBackend,
+        settings: Settings,
+        writer: Writer,
+        progress: Progress,
+        save_dir: Path | None,
+        allow_tools: set[str] = frozenset(),  # type: ignore[assignment]
+    ) -> None:
         self.backend = backend
         self.settings = settings
         self.writer = writer
         self.progress = progress
         self.save_dir = save_dir
+        self.registry = ToolRegistry.from_config(settings.tools)
+        self.consent = allow_listed(set(allow_tools))
         self.turns = 0
 
     async def run_job(self, job: Job) -> None:
@@ -221,35 +265,44 @@ class BatchRunner:
         finally:
             self.writer.finish(job)
 
+    async def _plan(self, spec: BatchLine) -> Plan:
+        saved = None
+        if spec.session is not None:
+            saved = load_session(Path(spec.session), expect_model=self.backend.model_name)
+            conv = conversation_from_session(saved, self.backend.fmt, self.backend.model_name)
+        else:
+            system = spec.system if spec.system is not None else self.settings.system_prompt
+            conv = self.backend.new_conversation(system=system)
+        explicit = spec.model_fields_set
+        mode = saved.mode if saved is not None and "mode" not in explicit else spec.mode
+        plan = Plan(conv, sampling_for(spec, self.settings, saved.sampling if saved else None), mode, saved=saved)
+        plan.ctx.notes = saved.notes if saved is not None else ""
+        if mode == "json":
+            plan.schema = spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
+        if mode == "tool":
+            names = spec.tools if spec.tools is not None else (saved.tools or None if saved is not None else None)
+            plan.tools = self.registry.select(names)
+            plan.tool_choice = spec.tool_choice if spec.tool_choice is not None else "auto"
+        # Compiling checks the schema / tools before any turn runs; each turn gets a fresh matcher.
+        decls = [t.schema() for t in plan.tools] or None
+        await asyncio.to_thread(grammar_for, self.backend, mode, plan.schema, decls, plan.tool_choice)
+        return plan
+
     async def _run(self, job: Job) -> None:
         spec = job.spec
         if spec is None:
             job.failed = True
             self.writer.add(job, record(job, None, error=job.error))
             return
-        saved = None
         try:
-            if spec.session is not None:
-                saved = load_session(Path(spec.session), expect_model=self.backend.model_name)
-                conv = conversation_from_session(saved, self.backend.fmt, self.backend.model_name)
-            else:
-                conv = self.backend.new_conversation(system=spec.system if spec.system is not None else self.settings.system_prompt)
-            mode = spec.mode if spec.session is None or "mode" in spec.model_fields_set else saved.mode
-            schema = spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
-            if mode == "tool":
-                raise ModeError("tool mode is not available in batch mode yet")
-            # Compiling checks the schema before any turn runs; each turn then gets a fresh matcher.
-            await asyncio.to_thread(grammar_for, self.backend, mode, schema)
-            params = sampling_for(spec, self.settings, saved.sampling if saved else None)
+            plan = await self._plan(spec)
         except RadixchatError as exc:
             job.failed = True
             self.writer.add(job, record(job, None, error=f"line {job.line}{_id_note(job)}: {exc}"))
             return
         for turn, text in enumerate(spec.turns):
             try:
-                conv.add_user(text)
-                grammar = await asyncio.to_thread(grammar_for, self.backend, mode, schema)
-                result = await self.backend.reply(conv, params, grammar).result()
+                result, tool_turn = await self._turn(plan, text)
             except RadixchatError as exc:
                 job.failed = True
                 self.writer.add(job, record(job, turn, error=f"line {job.line}{_id_note(job)} turn {turn}: {exc}"))
@@ -258,20 +311,32 @@ class BatchRunner:
             self.progress.turn_done()
             if result.finish_reason == "error":
                 job.failed = True
-            self.writer.add(job, record(job, turn, result))
+            self.writer.add(job, record(job, turn, result, tool_turn=tool_turn))
             if result.finish_reason in ("error", "cancelled"):
                 break
         if self.save_dir is not None:
-            self._save(job, conv, spec, saved, mode, schema)
+            self._save(job, spec, plan)
 
-    def _save(self, job: Job, conv: Conversation, spec: BatchLine, saved: Any, mode: str, schema: Any) -> None:
+    async def _turn(self, plan: Plan, text: str) -> tuple[TurnResult, ToolTurn | None]:
+        if plan.mode == "tool":
+            tool_turn = await run_tool_turn(
+                self.backend, plan.conv, text, plan.params, plan.tools, self.registry, plan.ctx, self.consent,
+                tool_choice=plan.tool_choice, max_rounds=self.settings.max_tool_rounds,
+            )
+            return tool_turn.final, tool_turn
+        plan.conv.add_user(text)
+        grammar = await asyncio.to_thread(grammar_for, self.backend, plan.mode, plan.schema)
+        return await self.backend.reply(plan.conv, plan.params, grammar).result(), None
+
+    def _save(self, job: Job, spec: BatchLine, plan: Plan) -> None:
         name = str(spec.id)
         sampling = SamplingSettings(
             temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
             repetition_penalty=spec.repetition_penalty, max_tokens=spec.max_tokens, seed=spec.seed,
         )
         session = session_from_conversation(
-            conv, name=name, model=self.backend.model_name, mode=mode, base=saved, sampling=sampling, json_schema=schema
+            plan.conv, name=name, model=self.backend.model_name, mode=plan.mode, base=plan.saved,
+            sampling=sampling, json_schema=plan.schema, tools=[t.name for t in plan.tools], notes=plan.ctx.notes,
         )
         try:
             save_session(session, session_path(self.save_dir, name))
@@ -298,6 +363,16 @@ def run_batch(settings: Settings, ns: argparse.Namespace) -> int:
     except RadixchatError as exc:
         print(f"radixchat: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    allow = {n.strip() for n in (ns.allow_tools or "").split(",") if n.strip()}
+    try:
+        registry = ToolRegistry.from_config(settings.tools)
+        unknown = sorted(n for n in allow if n not in registry.tools or registry.tools[n].builtin)
+        if unknown:
+            raise RadixchatError(f"--allow-tools: {unknown[0]!r} is not a user tool from the config file")
+    except RadixchatError as exc:
+        print(f"radixchat: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    ns.allow_tools = ",".join(sorted(allow))
     jobs = parse_lines(text)
     if not jobs:
         print("radixchat: the batch input has no conversations", file=sys.stderr)
@@ -320,7 +395,8 @@ async def _run_all(settings: Settings, jobs: list[Job], out: IO[str], ns: argpar
     engine = await loop.run_in_executor(None, Engine.from_settings, settings)
     writer = Writer(out, jobs, ns.ordered)
     progress = Progress(sum(len(j.spec.turns) for j in jobs if j.spec))
-    runner = BatchRunner(LocalBackend(engine), settings, writer, progress, ns.save_sessions)
+    allow = {n.strip() for n in (ns.allow_tools or "").split(",") if n.strip()}
+    runner = BatchRunner(LocalBackend(engine), settings, writer, progress, ns.save_sessions, allow)
     await engine.start()
     main = asyncio.current_task()
     assert main is not None

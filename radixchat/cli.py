@@ -32,6 +32,8 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
         origin = typing.get_origin(annotation)
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         default = field.get_default(call_default_factory=True)
+        if origin is list:  # structured settings (user tools) live in the config file only
+            continue
         help_text = field.description if default is None else f"{field.description} (default: {default})"
         if annotation is bool:
             group.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
@@ -61,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--ordered", action="store_true", help="write records in input order (default: as each turn finishes)"
     )
     batch.add_argument("--save-sessions", metavar="DIR", type=Path, help="save each finished conversation here")
+    batch.add_argument(
+        "--allow-tools", metavar="NAME,...", help="user tools (from the config file) that may run without asking"
+    )
     app = parser.add_argument_group("chat app")
     app.add_argument("--session", metavar="NAME", help="open a saved session at start")
     _add_settings_flags(parser)
@@ -91,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             from radixchat.batch import run_batch
 
             return run_batch(settings, ns)
-        if ns.output or ns.ordered or ns.save_sessions:
-            error("--output, --ordered and --save-sessions need --batch")
+        if ns.output or ns.ordered or ns.save_sessions or ns.allow_tools:
+            error("--output, --ordered, --save-sessions and --allow-tools need --batch")
             return EXIT_USAGE
         from radixchat.tui.app import run_app
 

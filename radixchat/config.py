@@ -9,10 +9,11 @@ fields below, so ``--help`` can never drift from the code).
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -35,6 +36,28 @@ def default_config_file() -> Path:
 
 def default_cache_dir() -> Path:
     return _xdg("XDG_CACHE_HOME", ".cache") / "radixchat"
+
+
+class UserToolConfig(BaseModel):
+    """A user tool: one ``[[tools]]`` table of the config file (see radixchat/chat/tools.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    description: str = ""
+    command: list[str] | str
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    timeout_s: float = Field(10.0, gt=0, le=600)
+    max_output_bytes: int = Field(16384, ge=1, le=10_000_000)
+    output: Literal["text", "json"] = "text"
+
+    @field_validator("command")
+    @classmethod
+    def _split(cls, value: list[str] | str) -> list[str]:
+        argv = shlex.split(value) if isinstance(value, str) else list(value)
+        if not argv:
+            raise ValueError("command must not be empty")
+        return argv
 
 
 class Settings(BaseSettings):
@@ -83,6 +106,12 @@ class Settings(BaseSettings):
     max_tokens: int = Field(512, ge=1, description="most tokens generated per reply")
     seed: int | None = Field(None, description="sampling seed (default: random)")
     system_prompt: str | None = Field(None, description="system prompt for new conversations")
+
+    # -- tools (tool mode) ------------------------------------------------------------------------------
+    tools: list[UserToolConfig] = Field(
+        default_factory=list, description="user tools ([[tools]] tables in the config file)"
+    )
+    max_tool_rounds: int = Field(4, ge=1, le=32, description="most tool-call rounds in one turn")
 
     # -- files --------------------------------------------------------------------------------------
     sessions_dir: Path = Field(Path("sessions"), description="where sessions are saved")

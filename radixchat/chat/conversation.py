@@ -12,6 +12,7 @@ back to rendering and tokenizing the whole conversation; the radix tree still re
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +25,22 @@ CHATML_FALLBACK = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
     "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+
+# For templates that know nothing of tools (SmolLM2's): the declarations go into the system message.
+GENERIC_TOOLS_HEADER = (
+    "# Tools\n\nYou can call these tools. To call one, reply with only\n"
+    '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>\n'
+    "and nothing else; the result comes back in a message from the tool. Otherwise answer normally.\n"
+)
+
+
+def generic_tools_text(tools: list[dict]) -> str:
+    lines = [GENERIC_TOOLS_HEADER]
+    for t in tools:
+        params = json.dumps(t.get("parameters", {}), ensure_ascii=False, separators=(",", ":"))
+        lines.append(f"- {t['name']}: {t.get('description', '')} Arguments (JSON Schema): {params}")
+    return "\n".join(lines)
 
 
 class ChatTemplateError(RadixchatError):
@@ -43,9 +60,13 @@ class Message:
     name: str | None = None  # tool name, for tool messages
     meta: dict[str, Any] = field(default_factory=dict)  # usage and timings of an assistant turn
 
-    def template_dict(self) -> dict[str, Any]:
+    def template_dict(self, native_tools: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
+        if self.tool_calls and native_tools:
+            # The template writes the calls itself; the content keeps only the text around them.
+            from radixchat.grammar import parse_tool_calls
+
+            out["content"] = parse_tool_calls(self.content).content
             out["tool_calls"] = [{"type": "function", "function": c} for c in self.tool_calls]
         if self.name:
             out["name"] = self.name
@@ -58,19 +79,39 @@ class ChatFormat:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.template = getattr(tokenizer, "chat_template", None) or CHATML_FALLBACK
+        self.native_tools = self._supports_tools()
         self.delta_ok, self.delta_problem = self._probe()
 
     def render(self, messages: list[Message], add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
+        """The template's text. Tools go to the template when it supports them (``tools=``), else into
+        the system message in the documented generic format (``generic_tools_text``)."""
+        dicts = [m.template_dict(self.native_tools) for m in messages]
+        if tools and not self.native_tools:
+            block = generic_tools_text(tools)
+            if dicts and dicts[0]["role"] == "system":
+                dicts[0] = {**dicts[0], "content": f"{dicts[0]['content']}\n\n{block}"}
+            else:
+                dicts.insert(0, {"role": "system", "content": block})
+        native = [{"type": "function", "function": t} for t in tools] if tools and self.native_tools else None
+        return self._apply(dicts, add_generation_prompt, native)
+
+    def _apply(self, dicts: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
         try:
             return self.tokenizer.apply_chat_template(
-                [m.template_dict() for m in messages],
-                tools=tools or None,
-                add_generation_prompt=add_generation_prompt,
-                tokenize=False,
+                dicts, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False,
                 chat_template=self.template,
             )
         except Exception as exc:
             raise ChatTemplateError(f"the chat template cannot render this conversation: {exc}") from None
+
+    def _supports_tools(self) -> bool:
+        """Whether the template renders a ``tools=`` argument at all (SmolLM2's ignores it)."""
+        probe = [{"role": "user", "content": "hi"}]
+        tool = {"type": "function", "function": {"name": "probe_tool_xyz", "description": "d", "parameters": {}}}
+        try:
+            return "probe_tool_xyz" in self._apply(probe, True, [tool])
+        except ChatTemplateError:
+            return False
 
     def encode(self, text: str) -> list[int]:
         # The template's text already carries BOS and other special tokens, so never add them again.

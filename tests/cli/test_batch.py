@@ -16,7 +16,9 @@ import pytest
 pytestmark = pytest.mark.real_model
 
 RADIXCHAT = shutil.which("radixchat") or str(Path(sys.executable).with_name("radixchat"))
-FIELDS = {"id", "line", "turn", "reply", "finish_reason", "usage", "ttft_ms", "decode_tokens_per_s", "error"}
+FIELDS = {
+    "id", "line", "turn", "reply", "finish_reason", "usage", "ttft_ms", "decode_tokens_per_s", "tool_calls", "error"
+}
 
 
 def run(args, stdin=None, timeout=300, env=None):
@@ -200,3 +202,39 @@ def test_json_mode_lines_give_schema_valid_replies(tmp_path):
         jsonschema.validate(json.loads(r["reply"]), schema)
     assert recs[2]["id"] == "j2" and isinstance(json.loads(recs[2]["reply"]), dict)
     assert recs[3]["id"] == "j3" and "unsupported keyword 'not'" in recs[3]["error"]
+
+
+def test_tool_mode_lines_report_calls_and_user_tools_need_allowing(tmp_path):
+    script = tmp_path / "shout.py"
+    script.write_text("import json, sys\nprint(json.load(sys.stdin)['text'].upper())\n")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        "[[tools]]\n"
+        'name = "shout"\n'
+        'description = "Upper-case a text."\n'
+        f'command = ["{sys.executable}", "{script}"]\n'
+        'parameters = {type = "object", properties = {text = {type = "string", maxLength = 20}}, required = ["text"]}\n'
+    )
+    rows = [
+        {"id": "calc", "mode": "tool", "tools": ["calculator"], "tool_choice": {"name": "calculator"},
+         "turns": ["What is 6*7?"], "max_tokens": 60},
+        {"id": "shout", "mode": "tool", "tools": ["shout"], "tool_choice": "required",
+         "turns": ["Shout hello."], "max_tokens": 60},
+        {"id": "bad", "mode": "tool", "tools": ["nope"], "turns": ["x"]},
+        {"id": "bad2", "mode": "chat", "tools": ["calculator"], "turns": ["x"]},
+    ]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    proc = run(["--config", str(config), "--batch", str(path), "--ordered"])
+    recs = records(proc.stdout)
+    calc, shout, bad, bad2 = recs[0], recs[1], recs[-2], recs[-1]
+    assert calc["tool_calls"] and calc["tool_calls"][0]["name"] == "calculator"
+    assert isinstance(calc["tool_calls"][0]["arguments"], dict) and isinstance(calc["reply"], str)
+    assert shout["tool_calls"][0]["name"] == "shout"
+    assert "did not allow" in shout["tool_calls"][0]["error"]
+    assert "unknown tool 'nope'" in bad["error"] and "need \"mode\": \"tool\"" in bad2["error"]
+
+    proc = run(["--config", str(config), "--batch", str(path), "--ordered", "--allow-tools", "shout"])
+    shout = records(proc.stdout)[1]
+    assert shout["tool_calls"][0]["error"] is None and shout["tool_calls"][0]["result"].isupper()
+    proc = run(["--config", str(config), "--batch", str(path), "--allow-tools", "calculator"])
+    assert proc.returncode == 2 and "not a user tool" in proc.stderr

@@ -1,0 +1,104 @@
+"""One user turn in tool mode: the model answers or calls tools; results go back as tool messages and
+the model continues, up to ``max_rounds`` rounds, all inside the cached conversation (each tool result is
+a delta like any other turn, so every round reuses everything before it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from radixchat.chat.backend import ChatBackend, Reply, TurnResult
+from radixchat.chat.conversation import Conversation
+from radixchat.chat.modes import grammar_for
+from radixchat.chat.tools import Consent, Tool, ToolCallRecord, ToolContext, ToolRegistry
+from radixchat.engine import SamplingParams
+
+
+@dataclass
+class ToolTurn:
+    final: TurnResult  # the reply that ended the turn (text, or the last call if it was cut short)
+    rounds: list[TurnResult] = field(default_factory=list)  # every reply of the turn, in order
+    calls: list[ToolCallRecord] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        from radixchat.grammar import parse_tool_calls
+
+        return parse_tool_calls(self.final.message.content).content
+
+    def usage(self) -> dict[str, int]:
+        """Prompt and cached tokens of the first round (what the user's message cost) plus all output."""
+        first = self.rounds[0]
+        return {
+            "prompt_tokens": first.prompt_tokens,
+            "cached_tokens": first.cached_tokens,
+            "completion_tokens": sum(r.completion_tokens for r in self.rounds),
+        }
+
+
+async def _collect(reply: Reply) -> TurnResult:
+    return await reply.result()
+
+
+async def run_tool_turn(
+    backend: ChatBackend,
+    conv: Conversation,
+    user_text: str | None,
+    params: SamplingParams,
+    tools: list[Tool],
+    registry: ToolRegistry,
+    ctx: ToolContext,
+    consent: Consent,
+    *,
+    tool_choice: str | dict = "auto",
+    max_rounds: int = 4,
+    on_reply: Callable[[Reply], Awaitable[TurnResult]] = _collect,
+    on_call: Callable[[ToolCallRecord], None] | None = None,
+) -> ToolTurn:
+    """Add ``user_text`` (None: the conversation already ends with the user's message) and run the turn.
+
+    ``tool_choice`` applies to the first round (later rounds are ``auto`` so the model can answer with
+    the results); after ``max_rounds`` rounds of calls one last round with ``none`` forces a text answer.
+    """
+    decls = [t.schema() for t in tools]
+    if conv.tools != decls:
+        # The declarations are part of the rendered prompt: the user's message must come after them.
+        conv.tools = decls
+        if user_text is None:
+            last = conv.messages.pop()
+            if last.role != "user":
+                raise ValueError("the conversation must end with the user's message")
+            user_text = last.content
+    if user_text is not None:
+        conv.add_user(user_text)
+    choice: str | dict = tool_choice
+    turn: ToolTurn | None = None
+    for round_no in range(max_rounds + 1):
+        if round_no == max_rounds:
+            choice = "none"
+        grammar = await asyncio.to_thread(grammar_for, backend, "tool", tools=decls, tool_choice=choice)
+        result = await on_reply(backend.reply(conv, params, grammar))
+        if turn is None:
+            turn = ToolTurn(result)
+        turn.final = result
+        turn.rounds.append(result)
+        if result.finish_reason != "stop":
+            break  # cut short (length, cancelled, error): a partial call is never run
+        from radixchat.grammar import parse_tool_calls
+
+        calls = parse_tool_calls(result.message.content).calls
+        if not calls:
+            break
+        result.message.tool_calls = [dict(c) for c in calls]
+        for call in calls:
+            record = await registry.call(call["name"], call["arguments"], ctx, consent)
+            turn.calls.append(record)
+            if on_call is not None:
+                on_call(record)
+            conv.add_tool_result(record.name, record.message_content())
+        if choice != "none":
+            choice = "auto"
+    assert turn is not None
+    return turn
