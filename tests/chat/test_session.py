@@ -9,6 +9,7 @@ import pytest
 from radixchat.chat.conversation import ChatFormat, Conversation
 from radixchat.chat.session import (
     SessionFile,
+    SessionMessage,
     conversation_from_session,
     load_session,
     safe_name,
@@ -115,3 +116,71 @@ def test_schema_field_round_trips_by_alias(tmp_path):
     path = save_session(s, tmp_path / "j.json")
     assert json.loads(path.read_text())["schema"] == {"type": "object"}
     assert load_session(path).json_schema == {"type": "object"}
+
+
+# -- property tests -------------------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
+json_values = st.recursive(
+    json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+messages = st.lists(
+    st.builds(
+        SessionMessage,
+        role=st.sampled_from(["user", "assistant", "tool"]),
+        content=st.text(max_size=200),
+        token_ids=st.none() | st.lists(st.integers(0, 49151), max_size=50),
+        finish_reason=st.none() | st.sampled_from(["stop", "length", "cancelled", "error"]),
+        tool_calls=st.none() | st.lists(st.fixed_dictionaries({"name": st.text(min_size=1, max_size=10), "arguments": json_values}), max_size=2),
+        name=st.none() | st.text(max_size=10),
+        meta=st.dictionaries(st.text(max_size=8), json_values, max_size=3),
+    ),
+    max_size=8,
+)
+sessions = st.builds(
+    SessionFile,
+    name=st.text(min_size=1, max_size=30),
+    model=st.text(min_size=1, max_size=30),
+    mode=st.sampled_from(["chat", "json", "tool"]),
+    system_prompt=st.none() | st.text(max_size=100),
+    json_schema=st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=3),
+    tools=st.lists(st.text(min_size=1, max_size=12), max_size=3),
+    messages=messages,
+    notes=st.text(max_size=100),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(session=sessions)
+def test_random_sessions_survive_save_and_load(tmp_path, session):
+    path = save_session(session, tmp_path / "s.json")
+    again = load_session(path)
+    assert again.model_dump() == session.model_dump()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    session=sessions,
+    edits=st.lists(st.tuples(st.sampled_from(["flip", "cut", "insert"]), st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+)
+def test_corrupted_files_never_crash_the_loader_nor_change(tmp_path, session, edits):
+    path = save_session(session, tmp_path / "s.json")
+    data = bytearray(path.read_bytes())
+    for kind, pos, byte in edits:
+        pos %= max(len(data), 1)
+        if kind == "flip" and data:
+            data[pos] ^= byte or 1
+        elif kind == "cut":
+            del data[pos:]
+        else:
+            data[pos:pos] = bytes([byte])
+    path.write_bytes(bytes(data))
+    try:
+        load_session(path)
+    except SessionError as exc:
+        assert "\n" not in str(exc)
+    assert path.read_bytes() == bytes(data)

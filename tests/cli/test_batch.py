@@ -238,3 +238,30 @@ def test_tool_mode_lines_report_calls_and_user_tools_need_allowing(tmp_path):
     assert shout["tool_calls"][0]["error"] is None and shout["tool_calls"][0]["result"].isupper()
     proc = run(["--config", str(config), "--batch", str(path), "--allow-tools", "calculator"])
     assert proc.returncode == 2 and "not a user tool" in proc.stderr
+
+
+def test_sigkill_leaves_written_lines_and_session_files_valid(tmp_path):
+    from radixchat.chat.session import load_session
+
+    rows = [{"id": f"q{i}", "turns": ["Hi", "Tell me more"], "max_tokens": 3 if i < 3 else 400} for i in range(6)]
+    out, sessions = tmp_path / "out.jsonl", tmp_path / "sessions"
+    proc = subprocess.Popen(
+        [RADIXCHAT, "--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--output", str(out),
+         "--save-sessions", str(sessions)],
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "RADIXCHAT_TEMPERATURE": "0", "RADIXCHAT_REPETITION_PENALTY": "1.3"},
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not (sessions.exists() and any(sessions.glob("*.json"))):
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait(timeout=30)
+    lines = out.read_text().splitlines()
+    assert lines, "some turns finished before the kill"
+    for line in lines:
+        rec = json.loads(line)  # every written line is complete JSON
+        assert set(rec) == FIELDS
+    saved = list(sessions.glob("*.json"))
+    assert saved
+    for path in saved:
+        load_session(path)  # every session file on disk is complete and valid

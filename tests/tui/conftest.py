@@ -1,0 +1,287 @@
+"""Fixtures for the chat app: a deterministic fake backend, isolated data dirs, a polling ``wait_until``.
+
+``FakeBackend`` implements the chat backend protocol (new_conversation / reply / stats / cached_path /
+model_name / fmt, plus warm) over a character-level tokenizer and the real ``ChatFormat`` and
+``Conversation``. Replies are scripted; a reply can be held at a gate so a test can act mid-stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from radixchat.chat.backend import TurnResult
+from radixchat.chat.conversation import ChatFormat, Conversation
+from radixchat.config import Settings
+from radixchat.engine.stats import EngineStats, LastRequest, TreeNodeView
+from radixchat.tui.app import RadixChatApp
+from radixchat.tui.tui_config import TuiConfig
+
+TERMINAL = (130, 40)
+
+
+class CharTokenizer:
+    """One token per character; ChatML template; ``<|im_end|>`` is a single token (id 1)."""
+
+    chat_template = "chatml"
+    eos_token = "<|im_end|>"
+    EOS = 1
+
+    def apply_chat_template(self, messages, tools=None, add_generation_prompt=False, tokenize=False, chat_template=None):
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        out, i = [], 0
+        while i < len(text):
+            if text.startswith(self.eos_token, i):
+                out.append(self.EOS)
+                i += len(self.eos_token)
+            else:
+                out.append(ord(text[i]) + 2)
+                i += 1
+        return out
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return "".join(self.eos_token if t == self.EOS else chr(t - 2) for t in ids)
+
+
+class FakeTrie:
+    """A compressed trie over every sequence the fake 'cached', drawn like the engine's tree."""
+
+    def __init__(self) -> None:
+        self.seqs: list[list[int]] = []
+
+    def insert(self, ids: list[int]) -> None:
+        self.seqs.append(list(ids))
+
+    def prefix_len(self, ids: Sequence[int]) -> int:
+        best = 0
+        for s in self.seqs:
+            n = 0
+            while n < min(len(s), len(ids)) and s[n] == ids[n]:
+                n += 1
+            best = max(best, n)
+        return best
+
+    def build(self) -> list[tuple[int, int | None, list[int]]]:
+        """(id, parent id, tokens) breadth-first, children by first token: deterministic ids."""
+        root: dict = {}
+        for s in self.seqs:
+            node = root
+            for t in s:
+                node = node.setdefault(t, {})
+        out: list[tuple[int, int | None, list[int]]] = []
+        frontier: list[tuple[int | None, int, dict]] = [(None, t, c) for t, c in sorted(root.items())]
+        while frontier:
+            nxt = []
+            for parent, tok, child in frontier:
+                run = [tok]
+                while len(child) == 1:
+                    ((t2, c2),) = child.items()
+                    run.append(t2)
+                    child = c2
+                nid = len(out) + 1
+                out.append((nid, parent, run))
+                nxt += [(nid, t, c) for t, c in sorted(child.items())]
+            frontier = nxt
+        return out
+
+    def nodes(self, decode: Callable[[list[int]], str]) -> list[TreeNodeView]:
+        return [TreeNodeView(nid, parent, len(run), decode(run[:16]), False, nid) for nid, parent, run in self.build()]
+
+    def path(self, ids: Sequence[int]) -> list[int]:
+        kids: dict[int | None, list[tuple[int, list[int]]]] = {}
+        for nid, parent, run in self.build():
+            kids.setdefault(parent, []).append((nid, run))
+        out, pos, parent = [], 0, None
+        while pos < len(ids):
+            hit = next(((nid, run) for nid, run in kids.get(parent, []) if run[0] == ids[pos]), None)
+            if hit is None:
+                break
+            out.append(hit[0])
+            if list(ids[pos : pos + len(hit[1])]) != hit[1]:
+                break
+            pos += len(hit[1])
+            parent = hit[0]
+        return out
+
+
+@dataclass
+class Script:
+    """What the fake says. ``reply_for(prompt_text)`` gives the reply; chunks are sent one per tick."""
+
+    reply_for: Callable[[str], str] = lambda prompt: f"You said: **{prompt}**"
+    chunk: int = 4
+    gate: asyncio.Event | None = None  # when set, each chunk after the first waits for it
+    replies: list[str] = field(default_factory=list)  # the prompts asked, in order
+
+
+class FakeReply:
+    def __init__(self, backend: FakeBackend, conv: Conversation, text: str) -> None:
+        self.backend, self.conv, self.text = backend, conv, text
+        self.cancelled = False
+        self.prompt_ids = conv.prompt_ids()
+        self.cached = min(backend.trie.prefix_len(self.prompt_ids), len(self.prompt_ids) - 1)  # as the engine
+        self._sent: list[str] = []
+        self._result: TurnResult | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __aiter__(self):
+        return self._stream()
+
+    async def _stream(self):
+        script = self.backend.script
+        pieces = [self.text[i : i + script.chunk] for i in range(0, len(self.text), script.chunk)]
+        for i, piece in enumerate(pieces):
+            if self.cancelled:
+                break
+            if i and script.gate is not None:
+                while not script.gate.is_set() and not self.cancelled:
+                    await asyncio.sleep(0.005)
+                if self.cancelled:
+                    break
+            await asyncio.sleep(0)
+            self._sent.append(piece)
+            yield piece
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._result is not None:
+            return
+        text = "".join(self._sent)
+        reason = "cancelled" if self.cancelled else "stop"
+        fmt = self.conv.fmt
+        ids = fmt.encode(text) + ([] if self.cancelled else [CharTokenizer.EOS])
+        self.conv.add_assistant(text, ids, reason, usage={"prompt_tokens": len(self.prompt_ids), "cached_tokens": self.cached,
+                                                          "completion_tokens": len(ids)}, ttft_ms=12.0, decode_tokens_per_s=42.0)
+        self.backend.trie.insert(self.prompt_ids + ids[:-1])
+        self.backend.last = LastRequest(len(self.prompt_ids), self.cached, len(ids), 0.012, 42.0)
+        self.backend.totals[0] += len(self.prompt_ids)
+        self.backend.totals[1] += self.cached
+        self._result = TurnResult(self.conv.messages[-1], reason, len(self.prompt_ids), self.cached, len(ids), 12.0, 42.0)
+
+    async def result(self) -> TurnResult:
+        if self._result is None:
+            async for _ in self:
+                pass
+        assert self._result is not None
+        return self._result
+
+
+class FakeBackend:
+    model_name = "fake-model"
+
+    def __init__(self, script: Script | None = None) -> None:
+        self.fmt = ChatFormat(CharTokenizer())
+        self.script = script or Script()
+        self.trie = FakeTrie()
+        self.last: LastRequest | None = None
+        self.totals = [0, 0]  # prompt tokens, cached tokens
+        self.warmed: list[list[int]] = []
+        self.grammars: list[Any] = []
+
+    def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
+        return Conversation(self.fmt, system=system, tools=tools)
+
+    def reply(self, conv: Conversation, params: Any, grammar: Any = None) -> FakeReply:
+        prompt = next(m.content for m in reversed(conv.messages) if m.role == "user")
+        self.script.replies.append(prompt)
+        self.grammars.append(grammar)
+        return FakeReply(self, conv, self.script.reply_for(prompt))
+
+    def warm(self, ids: Sequence[int]) -> None:
+        self.warmed.append(list(ids))
+        self.trie.insert(list(ids)[:-1])
+
+    def stats(self) -> EngineStats:
+        nodes = self.trie.nodes(self.fmt.decode)
+        tree_tokens = sum(n.num_tokens for n in nodes)
+        prompt, cached = self.totals
+        return EngineStats(
+            model=self.model_name, device="cpu", dtype="float32", running=0, waiting=0,
+            prompt_tokens=prompt, cached_tokens=cached, computed_tokens=tree_tokens, generated_tokens=0,
+            retractions=0, evicted_tokens=0, steps=0, pool_capacity=4096, pool_free=4096 - tree_tokens,
+            tree_tokens=tree_tokens, tree_evictable=tree_tokens, tree_protected=0, bytes_per_token=46080,
+            device_allocated=None, device_reserved=None, process_rss=512 * 2**20, tree_version=len(self.trie.seqs),
+            tree=tuple(nodes), last_request=self.last,
+        )
+
+    def cached_path(self, ids: Sequence[int]) -> list[int]:
+        return self.trie.path(ids)
+
+
+def wait_until_sync(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, pilot: Any = None) -> None:
+    """Poll ``predicate`` (letting the app run) until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        if pilot is not None:
+            await pilot.pause(0.02)
+        else:
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def tui_env(tmp_path, monkeypatch) -> Path:
+    """Isolated config and data directories."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("RADIXCHAT_CONFIG", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def settings(tui_env) -> Settings:
+    return Settings.load({"sessions_dir": str(tui_env / "sessions"), "model": "fake-model", "max_tokens": 64})
+
+
+@pytest.fixture
+def fake() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+def make_app(settings, fake):
+    """Build an app over the fake backend (panels polled by hand, no tui.toml)."""
+
+    def make(backend: Any = None, **kwargs: Any) -> RadixChatApp:
+        b = backend or fake
+        kwargs.setdefault("panel_interval", None)
+        kwargs.setdefault("tui_config", TuiConfig())
+        kwargs.setdefault("tools", [])
+        return RadixChatApp(kwargs.pop("settings", settings), backend_factory=lambda s, progress: b, **kwargs)
+
+    return make
+
+
+async def ready(app: RadixChatApp, pilot: Any) -> None:
+    await wait_until(lambda: app.backend is not None and app.state.conv is not None, pilot=pilot)
+    await pilot.pause()
+
+
+async def say(app: RadixChatApp, pilot: Any, text: str, wait: bool = True) -> None:
+    """Type ``text`` into the prompt, press Enter, and (by default) wait for the reply to finish."""
+    app.prompt.focus()
+    app.prompt.load_text(text)
+    n = len(app.state.conv.messages)
+    await pilot.press("enter")
+    if wait:
+        await wait_until(lambda: app._reply is None and len(app.state.conv.messages) >= n + 2, pilot=pilot)
+        await pilot.pause()

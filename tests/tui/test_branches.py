@@ -1,0 +1,85 @@
+"""Regenerate and edit: both start a branch; the old one is kept, can be switched back to, shares the prefix."""
+
+from __future__ import annotations
+
+from radixchat.tui.screens.branches import BranchesScreen
+from radixchat.tui.widgets.user_message import UserMessage
+from tests.tui.conftest import TERMINAL, Script, ready, say, wait_until
+
+
+def counter_script() -> Script:
+    n = {"i": 0}
+
+    def reply(prompt: str) -> str:
+        n["i"] += 1
+        return f"reply {n['i']} to {prompt}"
+
+    return Script(reply_for=reply)
+
+
+async def test_regenerate_makes_a_new_reply_and_keeps_the_old_as_a_branch(make_app, fake):
+    fake.script = counter_script()
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "hi")
+        await pilot.press("ctrl+r")
+        await wait_until(lambda: app._reply is None and len(app.state.branches) == 2, pilot=pilot)
+        await wait_until(lambda: app.state.conv.messages[-1].role == "assistant", pilot=pilot)
+        assert [m.content for m in app.state.conv.messages] == ["hi", "reply 2 to hi"]
+        assert [m.content for m in app.state.branches[0].conv.messages] == ["hi", "reply 1 to hi"]
+        assert len(app.transcript.messages()) == 2
+        # the regenerated prompt was served from the cache (all but its last token)
+        assert app.state.conv.messages[-1].meta["usage"]["cached_tokens"] == len(app.state.conv.messages[0].token_ids) - 1
+        await app.switch_branch(0)
+        await pilot.pause()
+        assert app.transcript.last_assistant().message.content == "reply 1 to hi"
+
+
+async def test_editing_an_earlier_message_creates_a_branch_sharing_the_prefix(make_app, fake):
+    fake.script = counter_script()
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "first")
+        await say(app, pilot, "second")
+        old = app.state.conv
+        # select the second user message: Shift+Tab to the last message, Up to the user message above it
+        await pilot.press("shift+tab", "up")
+        assert isinstance(app.focused, UserMessage) and app.focused.message.content == "second"
+        await pilot.press("e")
+        assert app.focused is app.prompt and app.prompt.text == "second"
+        assert app.state.editing == 2
+        await pilot.press("backspace", "backspace", "backspace", "backspace", "backspace", "backspace", *"2nd!")
+        await pilot.press("enter")
+        await wait_until(lambda: app._reply is None and len(app.state.branches) == 2, pilot=pilot)
+        await wait_until(lambda: app.state.conv.messages[-1].role == "assistant", pilot=pilot)
+        new = app.state.conv
+        assert [m.content for m in new.messages[:3]] == ["first", "reply 1 to first", "2nd!"]
+        assert [m.content for m in old.messages] == ["first", "reply 1 to first", "second", "reply 2 to second"]
+        assert app.state.branches[0].conv is old and app.state.active == 1
+        # both branches share the cached prefix: the first turn's nodes are on both paths
+        shared = len(new.messages[0].token_ids) + len(new.messages[1].token_ids)
+        assert new.ids[:shared] == old.ids[:shared]
+        path_new, path_old = fake.cached_path(new.ids), fake.cached_path(old.ids)
+        assert path_new[0] == path_old[0] and path_new != path_old
+        assert new.messages[-1].meta["usage"]["cached_tokens"] >= shared
+        # and the old branch can be switched back to from the branch list
+        await pilot.press("f3")
+        assert isinstance(app.screen, BranchesScreen)
+        await pilot.press("up", "enter")
+        await wait_until(lambda: app.state.active == 0, pilot=pilot)
+        assert [v.message.content for v in app.transcript.messages()][-1] == "reply 2 to second"
+        assert "branch 1/2" in str(app.query_one("StatusBar .info").render())
+
+
+async def test_escape_cancels_an_edit(make_app):
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "first")
+        app.action_edit_last()
+        assert app.state.editing == 0 and app.prompt.text == "first"
+        await pilot.press("escape")
+        assert app.state.editing is None and app.prompt.text == ""
+        assert len(app.state.branches) == 1

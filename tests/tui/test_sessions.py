@@ -1,0 +1,191 @@
+"""Sessions through the UI: autosave, save with a name, open (round trip), browser, other models, settings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixchat.chat.session import SessionFile, load_session, save_session, session_path
+from radixchat.errors import SessionError
+from radixchat.tui.app import RadixChatApp, run_app
+from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
+from radixchat.tui.screens.sessions import SessionsScreen
+from radixchat.tui.screens.settings import SettingsScreen
+from radixchat.tui.session_store import session_markdown
+from tests.tui.conftest import TERMINAL, FakeBackend, ready, say, wait_until
+
+
+async def test_each_completed_turn_is_autosaved(make_app, settings):
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "remember me")
+        name = app.state.session_name
+        assert name and name.startswith("chat-") and app.state.auto_named
+        path = session_path(settings.sessions_dir, name)
+        await wait_until(path.exists, pilot=pilot)
+        saved = load_session(path)
+        assert [m.content for m in saved.messages] == ["remember me", "You said: **remember me**"]
+        assert saved.messages[0].token_ids == app.state.conv.messages[0].token_ids
+        assert saved.model == "fake-model"
+        assert not list(settings.sessions_dir.glob(".*.tmp"))  # atomic: no temp file left behind
+
+
+async def test_save_asks_for_a_name_and_replaces_the_autosaved_file(make_app, settings):
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "hi")
+        auto = session_path(settings.sessions_dir, app.state.session_name)
+        await wait_until(auto.exists, pilot=pilot)
+        await pilot.press("ctrl+s")
+        await wait_until(lambda: isinstance(app.screen, NameDialog), pilot=pilot)
+        app.screen.query_one("Input").value = "recipes"
+        await pilot.press("enter")
+        target = session_path(settings.sessions_dir, "recipes")
+        await wait_until(target.exists, pilot=pilot)
+        assert not auto.exists() and app.state.session_name == "recipes" and not app.state.auto_named
+        await say(app, pilot, "more")
+        assert len(load_session(target).messages) == 4
+
+
+async def test_a_saved_session_opens_with_its_history_settings_and_a_warm_cache(make_app, settings, tmp_path):
+    first = FakeBackend()
+    app = make_app(backend=first, session="trip")
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        app.state.sampling = app.state.sampling.model_copy(update={"temperature": 0.2})
+        await say(app, pilot, "plan a trip")
+        await say(app, pilot, "to Lisbon")
+        ids = app.state.conv.ids
+    path = session_path(settings.sessions_dir, "trip")
+    session = load_session(path)
+    assert session.sampling.temperature == 0.2
+
+    second = FakeBackend()  # a fresh engine: nothing cached until the history is warmed
+    app2 = make_app(backend=second, session=session)
+    async with app2.run_test(size=TERMINAL) as pilot:
+        await ready(app2, pilot)
+        assert [v.message.content for v in app2.transcript.messages()][::2] == ["plan a trip", "to Lisbon"]
+        assert app2.state.conv.ids == ids and app2.state.sampling.temperature == 0.2
+        assert second.warmed == [ids]
+        assert app2.state.session_name == "trip"
+        await pilot.press("up")
+        assert app2.prompt.text == "to Lisbon"  # the prompt history came along
+        app2.prompt.clear()
+        await say(app2, pilot, "and back")
+        usage = app2.state.conv.messages[-1].meta["usage"]
+        assert usage["cached_tokens"] == len(ids) - 1  # the whole history was a cache hit
+
+
+async def test_a_session_from_another_model_opens_re_tokenized_with_a_note(make_app, settings):
+    session = SessionFile(name="old", model="other-model", messages=[
+        {"role": "user", "content": "hello", "token_ids": [5, 6, 7]},
+        {"role": "assistant", "content": "hi there", "token_ids": [8, 9]},
+    ])
+    fake = FakeBackend()
+    app = make_app(backend=fake, session=session)
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        notes = [str(n.render()) for n in app.transcript.query("Note")]
+        assert any("saved with other-model" in n and "continues with fake-model" in n for n in notes)
+        assert all(not m.token_ids for m in app.state.conv.messages)  # the other tokenizer's ids are dropped
+        assert fake.warmed and fake.fmt.decode(fake.warmed[0]).startswith("<|im_start|>user\nhello")
+        await say(app, pilot, "again")
+        assert app.state.conv.messages[-1].meta["usage"]["cached_tokens"] > 0
+        await wait_until(lambda: load_session(session_path(settings.sessions_dir, "old")).model == "fake-model", pilot=pilot)
+
+
+async def test_the_session_browser_opens_renames_deletes_and_exports(make_app, settings):
+    for name, text in (("alpha", "a"), ("beta", "b")):
+        s = SessionFile(name=name, model="fake-model", messages=[{"role": "user", "content": text},
+                                                                  {"role": "assistant", "content": f"re {text}"}])
+        save_session(s, session_path(settings.sessions_dir, name))
+    (settings.sessions_dir / "broken.json").write_text("{not json")
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await pilot.press("ctrl+o")
+        await wait_until(lambda: isinstance(app.screen, SessionsScreen) and len(app.screen.entries) == 3, pilot=pilot)
+        screen = app.screen
+        table = screen.query_one("DataTable")
+        rows = {table.get_row_at(i)[0]: table.get_row_at(i) for i in range(table.row_count)}
+        assert rows["alpha"][1:3] == ["fake-model", "1"] and rows["broken"][1] == "⚠ unreadable"
+        names = [e.name for e in screen.entries]
+        table.move_cursor(row=names.index("beta"))
+        await pilot.press("x")
+        md = settings.sessions_dir / "beta.md"
+        await wait_until(md.exists, pilot=pilot)
+        assert "## Assistant\n\nre b" in md.read_text()
+        await pilot.press("r")
+        await wait_until(lambda: isinstance(app.screen, NameDialog), pilot=pilot)
+        app.screen.query_one("Input").value = "gamma"
+        await pilot.press("enter")
+        await wait_until(lambda: session_path(settings.sessions_dir, "gamma").exists(), pilot=pilot)
+        assert not session_path(settings.sessions_dir, "beta").exists()
+        assert load_session(session_path(settings.sessions_dir, "gamma")).name == "gamma"
+        await wait_until(lambda: "gamma" in [e.name for e in screen.entries], pilot=pilot)
+        table.move_cursor(row=[e.name for e in screen.entries].index("alpha"))
+        await pilot.press("d")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog), pilot=pilot)
+        await pilot.press("y")
+        await wait_until(lambda: not session_path(settings.sessions_dir, "alpha").exists(), pilot=pilot)
+        await wait_until(lambda: len(screen.entries) == 2, pilot=pilot)
+        table.move_cursor(row=[e.name for e in screen.entries].index("gamma"))
+        await pilot.press("enter")
+        await wait_until(lambda: app.state.session_name == "gamma", pilot=pilot)
+        assert [v.message.content for v in app.transcript.messages()] == ["b", "re b"]
+        assert (settings.sessions_dir / "broken.json").read_text() == "{not json"  # never rewritten
+
+
+def test_run_app_refuses_a_corrupt_session_before_starting(settings):
+    settings.sessions_dir.mkdir(parents=True)
+    (settings.sessions_dir / "bad.json").write_text(json.dumps({"version": 1, "name": "bad"}))
+    with pytest.raises(SessionError, match="invalid"):
+        run_app(settings, session="bad", backend_factory=lambda s, p: FakeBackend())
+
+
+async def test_session_settings_set_sampling_and_a_new_system_prompt_starts_a_branch(make_app, settings):
+    app = make_app(session="tuned")
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "hi")
+        await pilot.press("f2")
+        await wait_until(lambda: isinstance(app.screen, SettingsScreen), pilot=pilot)
+        screen = app.screen
+        screen.query_one("#f-temperature").value = "9"
+        await pilot.press("ctrl+s")
+        assert "temperature must be ≤ 5.0" in str(screen.query_one("#settings-error").render())
+        screen.query_one("#f-temperature").value = "0.3"
+        screen.query_one("#f-seed").value = "7"
+        screen.query_one("#system-prompt").load_text("Be brief.")
+        await pilot.press("ctrl+s")
+        await wait_until(lambda: app.state.system_prompt == "Be brief.", pilot=pilot)
+        assert app.state.sampling.temperature == 0.3 and app.state.sampling.seed == 7
+        assert len(app.state.branches) == 2 and app.state.conv.system == "Be brief."
+        await say(app, pilot, "again")
+        assert app.state.conv.messages[0].role == "system"
+        saved = load_session(session_path(settings.sessions_dir, "tuned"))
+        assert saved.system_prompt == "Be brief." and saved.sampling.seed == 7
+
+
+def test_markdown_export_reads_like_the_chat():
+    s = SessionFile(name="demo", model="m", system_prompt="Be kind.", messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello", "meta": {"usage": {"prompt_tokens": 10, "cached_tokens": 4},
+                                                          "ttft_ms": 50.0, "decode_tokens_per_s": 20.0}}])
+    md = session_markdown(s)
+    assert md.startswith("# demo\n")
+    assert "> **System:** Be kind." in md and "## User\n\nhi" in md
+    assert "<sub>reused 4 · prefilled 6 · TTFT 50 ms · 20 tok/s</sub>" in md
+
+
+def test_run_app_opens_a_named_session_and_names_a_new_one(settings, monkeypatch):
+    seen = []
+    monkeypatch.setattr(RadixChatApp, "run", lambda self: seen.append((self._pending, self.state.session_name)))
+    save_session(SessionFile(name="kept", model="fake-model"), session_path(settings.sessions_dir, "kept"))
+    assert run_app(settings, session="kept") == 0
+    assert run_app(settings, session="fresh") == 0
+    (opened, _), (pending, name) = seen
+    assert opened.name == "kept" and pending is None and name == "fresh"

@@ -1,0 +1,137 @@
+"""Snapshots of the app at fixed terminal sizes (fake backend, no timers, fixed names and times).
+
+Update after an intended visual change with ``pytest tests/tui/test_snapshots.py --snapshot-update`` and
+look at the SVGs in ``__snapshots__/`` before committing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+import radixchat.tui.chat_actions as chat_actions
+from radixchat.chat.modes import ModeError
+from radixchat.chat.session import SessionFile, atomic_write_text, session_path
+from radixchat.tui.app import RadixChatApp
+from radixchat.tui.tui_config import TuiConfig
+from tests.tui.conftest import FakeBackend, Script, ready, say, wait_until
+
+WIDE, NARROW = (130, 40), (80, 28)
+
+CODE = """Here is one way:
+
+```python
+def add(a: int, b: int) -> int:
+    \"\"\"Return the sum of a and b.\"\"\"
+    return a + b
+```
+
+Call it as `add(2, 3)`."""
+
+
+def replies() -> Script:
+    """The code reply, then alternating thank-you answers (so a regenerated reply differs)."""
+    thanks: list[str] = []
+
+    def reply_for(prompt: str) -> str:
+        if "add" in prompt:
+            return CODE
+        thanks.append(prompt)
+        return "You're welcome!" if len(thanks) % 2 else "Any time — happy coding."
+
+    return Script(reply_for=reply_for)
+
+
+def app_for(settings, script: Script | None = None, **kwargs) -> RadixChatApp:
+    fake = FakeBackend(script or replies())
+    kwargs.setdefault("session", "demo")  # a fixed name: autosave would otherwise put the time in view
+    return RadixChatApp(settings, backend_factory=lambda s, p: fake, panel_interval=None,
+                        tui_config=TuiConfig(), tools=[], **kwargs)
+
+
+async def two_turns(pilot) -> None:
+    app = pilot.app
+    await ready(app, pilot)
+    await say(app, pilot, "Write an add function in Python")
+    await say(app, pilot, "Thanks!")
+    await pilot.press("ctrl+r")  # a second branch: the cache tree forks after the shared prefix
+    await wait_until(lambda: len(app.state.branches) == 2 and app._reply is None, pilot=pilot)
+    await wait_until(lambda: app.state.conv.messages[-1].role == "assistant", pilot=pilot)
+    await app.refresh_panels_now()
+    await pilot.pause()
+
+
+def test_chat_with_live_panels(snap_compare, settings):
+    assert snap_compare(app_for(settings), terminal_size=WIDE, run_before=two_turns)
+
+
+def test_narrow_terminal_hides_the_panels(snap_compare, settings):
+    assert snap_compare(app_for(settings), terminal_size=NARROW, run_before=two_turns)
+
+
+def test_help_screen(snap_compare, settings):
+    async def run_before(pilot) -> None:
+        await ready(pilot.app, pilot)
+        await pilot.press("f1")
+        await pilot.pause()
+
+    assert snap_compare(app_for(settings), terminal_size=WIDE, run_before=run_before)
+
+
+def test_a_stopped_reply_and_an_unavailable_mode(snap_compare, settings, monkeypatch):
+    def unavailable(backend, mode, *args, **kwargs):
+        if mode == "chat":
+            return None
+        raise ModeError(f"{mode} mode is not available with this backend")
+
+    monkeypatch.setattr(chat_actions, "grammar_for", unavailable)  # the message is the grammar layer's
+    script = Script(reply_for=lambda p: "This reply is long " * 20, chunk=5, gate=asyncio.Event())
+
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await ready(app, pilot)
+        await say(app, pilot, "Tell me a long story", wait=False)
+        await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
+        await pilot.press("escape")
+        await wait_until(lambda: app._reply is None, pilot=pilot)
+        app.state.mode = "json"
+        await app.probe_mode()
+        app.update_status()
+        await app.refresh_panels_now()
+        await pilot.pause()
+
+    assert snap_compare(app_for(settings, script), terminal_size=WIDE, run_before=run_before)
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_session_browser(snap_compare, settings, tui_env, monkeypatch, utc):
+    # the browser shows the directory and local times: make both the same on every machine
+    monkeypatch.chdir(tui_env)
+    settings = settings.model_copy(update={"sessions_dir": Path("sessions")})
+    when = datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
+    for i, name in enumerate(("groceries", "rust-questions", "trip-to-lisbon")):
+        s = SessionFile(name=name, model="fake-model", created_at=when, updated_at=when.replace(hour=10 + i),
+                        messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}] * (i + 1))
+        atomic_write_text(session_path(settings.sessions_dir, name), s.model_dump_json(by_alias=True))
+
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await ready(app, pilot)
+        await pilot.press("ctrl+o")
+        await wait_until(lambda: len(getattr(app.screen, "entries", [])) == 3, pilot=pilot)
+        await pilot.pause()
+
+    app = app_for(settings)
+    assert snap_compare(app, terminal_size=WIDE, run_before=run_before)
