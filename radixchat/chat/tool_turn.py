@@ -24,6 +24,7 @@ class ToolTurn:
 
     @property
     def text(self) -> str:
+        """The final reply's text without any tool-call blocks."""
         from radixchat.grammar import parse_tool_calls
 
         return parse_tool_calls(self.final.message.content).content
@@ -86,12 +87,15 @@ async def run_tool_turn(
         turn.rounds.append(result)
         if result.finish_reason != "stop":
             break  # cut short (length, cancelled, error): a partial call is never run
-        from radixchat.grammar import parse_tool_calls
+        # A remote backend reports calls itself; for the local engine they are in the constrained text.
+        calls = result.message.tool_calls
+        if calls is None:
+            from radixchat.grammar import parse_tool_calls
 
-        calls = parse_tool_calls(result.message.content).calls
+            calls = [dict(c) for c in parse_tool_calls(result.message.content).calls]
         if not calls:
             break
-        result.message.tool_calls = [dict(c) for c in calls]
+        result.message.tool_calls = calls
         for call in calls:
             record = await registry.call(call["name"], call["arguments"], ctx, consent)
             turn.calls.append(record)
