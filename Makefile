@@ -21,4 +21,6 @@ lint: setup
 	$(VENV)/bin/ruff format --check radixchat tests bench
 
 bench: setup
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m bench.run $(ARGS)
+	$(PY) -m bench.plot
