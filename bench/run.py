@@ -14,6 +14,7 @@ WORKLOADS = {
     "multiturn": "bench.multiturn",
     "fanout": "bench.fanout",
     "conversations": "bench.conversations",
+    "json": "bench.json_mode",
 }
 
 
