@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -102,54 +102,37 @@ class RadixCache:
 
     # -- lookup ---------------------------------------------------------------------------------------
 
-    def prefix_len(self, ids: Sequence[int]) -> int:
-        """Length of the longest cached prefix, without touching LRU state or splitting."""
+    def _walk(self, ids: Sequence[int]) -> Iterator[tuple[TreeNode, int]]:
+        """Read-only walk: (node, tokens of its edge that match) along the longest match of ``ids``."""
         node, pos = self.root, 0
         while pos < len(ids):
             child = node.children.get(ids[pos])
             if child is None:
-                break
+                return
             n = common_prefix_len(ids, pos, child.key)
-            pos += n
+            yield child, n
             if n < len(child.key):
-                break
+                return
+            pos += n
             node = child
-        return pos
+
+    def prefix_len(self, ids: Sequence[int]) -> int:
+        """Length of the longest cached prefix, without touching LRU state or splitting."""
+        return sum(n for _, n in self._walk(ids))
 
     def peek(self, ids: Sequence[int]) -> torch.Tensor:
         """Slots of the longest cached prefix, without touching LRU state or splitting (for checks)."""
-        node, pos, parts = self.root, 0, []
-        while pos < len(ids):
-            child = node.children.get(ids[pos])
-            if child is None:
-                break
-            n = common_prefix_len(ids, pos, child.key)
-            parts.append(child.value[:n])
-            pos += n
-            if n < len(child.key):
-                break
-            node = child
+        parts = [node.value[:n] for node, n in self._walk(ids)]
         return torch.cat(parts) if parts else _EMPTY
 
     def path_node_ids(self, ids: Sequence[int]) -> list[int]:
         """Ids of the nodes (root excluded) that the longest match of ``ids`` passes through."""
-        out: list[int] = []
-        node, pos = self.root, 0
-        while pos < len(ids):
-            child = node.children.get(ids[pos])
-            if child is None:
-                break
-            n = common_prefix_len(ids, pos, child.key)
-            out.append(child.id)
-            pos += n
-            if n < len(child.key):
-                break
-            node = child
-        return out
+        return [node.id for node, _ in self._walk(ids)]
 
-    def match_prefix(self, ids: Sequence[int]) -> MatchResult:
+    def _descend(self, ids: Sequence[int]) -> tuple[TreeNode, int, int]:
+        """Walk the longest match, splitting the last node where the match ends inside it and marking
+        every node on the way as just used. Returns (the node the match ends at, its length, the time)."""
         node, pos = self.root, 0
-        parts: list[torch.Tensor] = []
         now = next(self._clock)
         while pos < len(ids):
             child = node.children.get(ids[pos])
@@ -159,10 +142,18 @@ class RadixCache:
             if n < len(child.key):
                 child = self._split(child, n)
             child.last_access = now
-            parts.append(child.value)
             pos += n
             node = child
-        slots = torch.cat(parts) if parts else _EMPTY
+        return node, pos, now
+
+    def match_prefix(self, ids: Sequence[int]) -> MatchResult:
+        node, _, _ = self._descend(ids)
+        parts: list[torch.Tensor] = []
+        walk = node
+        while walk is not self.root:
+            parts.append(walk.value)
+            walk = walk.parent  # type: ignore[assignment]
+        slots = torch.cat(parts[::-1]) if parts else _EMPTY
         return MatchResult(slots, node)
 
     # -- mutation -------------------------------------------------------------------------------------
@@ -170,21 +161,9 @@ class RadixCache:
     def insert(self, ids: Sequence[int], slots: torch.Tensor) -> InsertResult:
         if len(ids) != slots.numel():
             raise ValueError(f"insert: {len(ids)} ids but {slots.numel()} slots")
-        node, pos = self.root, 0
-        now = next(self._clock)
-        while pos < len(ids):
-            child = node.children.get(ids[pos])
-            if child is None:
-                break
-            n = common_prefix_len(ids, pos, child.key)
-            if n < len(child.key):
-                child = self._split(child, n)
-            child.last_access = now
-            pos += n
-            node = child
-        prefix_len = pos
-        if pos < len(ids):
-            leaf = TreeNode(next(self._ids), list(ids[pos:]), slots[pos:].clone(), node)
+        node, prefix_len, now = self._descend(ids)
+        if prefix_len < len(ids):
+            leaf = TreeNode(next(self._ids), list(ids[prefix_len:]), slots[prefix_len:].clone(), node)
             leaf.last_access = now
             node.children[leaf.key[0]] = leaf
             self.evictable_size += len(leaf)

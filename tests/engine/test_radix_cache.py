@@ -91,6 +91,17 @@ def test_evict_frees_least_recently_used_leaves_first():
     cache.check_integrity()
 
 
+def test_new_leaves_count_as_just_used():
+    pool, cache = make_cache()
+    put(pool, cache, [5, 5])
+    put(pool, cache, [1, 1])
+    cache.match_prefix([5, 5])  # now [1,1] is the oldest...
+    put(pool, cache, [9, 9])  # ...and a new leaf is the newest, whatever its id
+    assert cache.evict(1) == 2 and cache.prefix_len([1, 1]) == 0
+    assert cache.evict(1) == 2 and cache.prefix_len([5, 5]) == 0
+    assert cache.prefix_len([9, 9]) == 2
+
+
 def test_evict_cascades_to_parent_and_skips_locked():
     pool, cache = make_cache()
     put(pool, cache, [1, 2, 3])
