@@ -4,7 +4,9 @@ Every conversation runs concurrently through the engine's continuous batching (t
 in order). A record is written and flushed as soon as its turn finishes, so a killed run keeps everything
 completed; ``--ordered`` writes records in input order instead. Bad lines yield an error record naming the
 line and id; the other lines still run. Exit codes: 0 all ok, 1 some conversation failed, 2 usage error,
-3 model failed to load, 130 interrupted. This module never imports Textual.
+3 model failed to load (or the remote server cannot be used), 130 interrupted. With ``--backend URL`` the
+conversations run on an OpenAI-compatible server instead (see docs/remote.md); a conversation the server
+fails gets an error record and the others go on. This module never imports Textual.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from radixchat.chat.backend import LocalBackend, TurnResult, sampling_params
+from radixchat.chat.backend import ChatBackend, LocalBackend, TurnResult, sampling_params
 from radixchat.chat.conversation import Conversation
 from radixchat.chat.modes import grammar_for
 from radixchat.chat.session import (
@@ -199,9 +201,10 @@ class Writer:
 class Progress:
     """A single updating line on a terminal; silent otherwise."""
 
-    def __init__(self, total_turns: int, stream: IO[str] = sys.stderr) -> None:
-        self.total, self.done, self.stream = total_turns, 0, stream
-        self.tty = stream.isatty()
+    def __init__(self, total_turns: int, stream: IO[str] | None = None) -> None:
+        # sys.stderr is looked up now, not at import (it may have been replaced since).
+        self.total, self.done, self.stream = total_turns, 0, stream or sys.stderr
+        self.tty = self.stream.isatty()
 
     def turn_done(self) -> None:
         self.done += 1
@@ -243,7 +246,7 @@ class Plan:
 class BatchRunner:
     def __init__(
         self,
-        backend: LocalBackend,
+        backend: ChatBackend,
         settings: Settings,
         writer: Writer,
         progress: Progress,
@@ -392,12 +395,11 @@ def run_batch(settings: Settings, ns: argparse.Namespace) -> int:
 async def _run_all(settings: Settings, jobs: list[Job], out: IO[str], ns: argparse.Namespace) -> int:
     started = time.perf_counter()
     loop = asyncio.get_running_loop()
-    engine = await loop.run_in_executor(None, Engine.from_settings, settings)
+    backend = await _open_backend(settings)
     writer = Writer(out, jobs, ns.ordered)
     progress = Progress(sum(len(j.spec.turns) for j in jobs if j.spec))
     allow = {n.strip() for n in (ns.allow_tools or "").split(",") if n.strip()}
-    runner = BatchRunner(LocalBackend(engine), settings, writer, progress, ns.save_sessions, allow)
-    await engine.start()
+    runner = BatchRunner(backend, settings, writer, progress, ns.save_sessions, allow)
     main = asyncio.current_task()
     assert main is not None
     interrupted = False
@@ -417,18 +419,45 @@ async def _run_all(settings: Settings, jobs: list[Job], out: IO[str], ns: argpar
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
-        await engine.stop()
+        await _close_backend(backend)
         progress.close()
     if interrupted:
         writer.flush_all()
         print("radixchat: interrupted; completed turns were written", file=sys.stderr)
         return EXIT_INTERRUPTED
-    stats = engine.stats(tree=False)
-    wall = time.perf_counter() - started
-    print(
-        f"radixchat: {len(jobs)} conversations, {runner.turns} turns, {stats.prompt_tokens} prompt tokens "
-        f"({stats.hit_rate:.1%} cached), {stats.generated_tokens} generated, {wall:.1f} s, "
-        f"{stats.generated_tokens / wall:.1f} tok/s",
-        file=sys.stderr,
-    )
+    print(f"radixchat: {len(jobs)} conversations, {runner.turns} turns, {_summary(backend, started)}", file=sys.stderr)
     return EXIT_FAILED if any(j.failed for j in jobs) else EXIT_OK
+
+
+async def _open_backend(settings: Settings) -> ChatBackend:
+    """The in-process engine (loaded and started), or the remote server named by ``backend`` (its model
+    checked). Failures raise ModelLoadError (exit 3)."""
+    if settings.backend != "local":
+        from radixchat.chat.remote import connect
+
+        return await connect(settings)
+    loop = asyncio.get_running_loop()
+    engine = await loop.run_in_executor(None, Engine.from_settings, settings)
+    backend = LocalBackend(engine)
+    await engine.start()
+    return backend
+
+
+async def _close_backend(backend: Any) -> None:
+    if isinstance(backend, LocalBackend):
+        await backend.engine.stop()
+    else:
+        await backend.aclose()
+
+
+def _summary(backend: Any, started: float) -> str:
+    wall = time.perf_counter() - started
+    if isinstance(backend, LocalBackend):
+        stats = backend.engine.stats(tree=False)
+        prompt, generated = stats.prompt_tokens, stats.generated_tokens
+        cached = f"{stats.hit_rate:.1%} cached"
+    else:
+        totals = backend.totals
+        prompt, generated = totals.prompt_tokens, totals.completion_tokens
+        cached = f"{totals.hit_rate:.1%} cached" if totals.hit_rate is not None else "cache use not reported"
+    return f"{prompt} prompt tokens ({cached}), {generated} generated, {wall:.1f} s, {generated / wall:.1f} tok/s"

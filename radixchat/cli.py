@@ -1,8 +1,10 @@
 """The ``radixchat`` command: the chat app by default, ``--batch`` for headless runs.
 
 Every ``Settings`` field is a flag (``--kv-pool-tokens``, ``--no-radix-cache``, ...), generated from the
-fields so ``--help`` cannot drift from the code. Exit codes: 0 ok, 1 some conversation failed (batch),
-2 usage or configuration error, 3 the model failed to load, 130 interrupted.
+fields so ``--help`` cannot drift from the code. ``--backend URL`` runs everything on an OpenAI-compatible
+server; ``--list-models`` shows what it serves. Exit codes: 0 ok, 1 some conversation failed (batch),
+2 usage or configuration error, 3 the model failed to load or the remote server cannot be used,
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "--allow-tools", metavar="NAME,...", help="user tools (from the config file) that may run without asking"
     )
+    remote = parser.add_argument_group("remote backend (with --backend URL)")
+    remote.add_argument("--list-models", action="store_true", help="print the models the server offers and exit")
     app = parser.add_argument_group("chat app")
     app.add_argument("--session", metavar="NAME", help="open a saved session at start")
     _add_settings_flags(parser)
@@ -77,6 +81,20 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
         name: getattr(ns, name) for name in Settings.model_fields if getattr(ns, name, None) is not None
     }
     return Settings.load(overrides, ns.config)
+
+
+def list_models(settings: Settings) -> int:
+    """``--list-models``: one served model id per line (BackendUnavailableError → exit 3)."""
+    if settings.backend == "local":
+        error("--list-models needs --backend URL (an OpenAI-compatible server)")
+        return EXIT_USAGE
+    import asyncio
+
+    from radixchat.chat.remote import RemoteBackend
+
+    for model in asyncio.run(RemoteBackend.from_settings(settings).list_models()):
+        print(model)
+    return EXIT_OK
 
 
 def error(msg: str) -> None:
@@ -92,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         error(str(exc))
         return EXIT_USAGE
     try:
+        if ns.list_models:
+            return list_models(settings)
         if ns.batch is not None:
             from radixchat.batch import run_batch
 

@@ -71,7 +71,24 @@ class Settings(BaseSettings):
     model: str = Field(
         DEFAULT_MODEL,
         description="model to run: 'smollm2' (bundled SmolLM2-135M-Instruct), a Hugging Face model "
-        "directory, a .gguf file, or a hub id (needs network)",
+        "directory, a .gguf file, or a hub id (needs network); with --backend URL, the served model's "
+        "name (default: the server's only model)",
+    )
+    backend: str = Field(
+        "local",
+        description="'local' (the in-process engine) or the base URL of an OpenAI-compatible server "
+        "(SGLang, vLLM, llama.cpp), e.g. http://gpu-box:30000/v1 ('/v1' is added to a bare host:port)",
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="environment variable holding the remote server's API key (the key is never stored)",
+    )
+    remote_timeout: float = Field(
+        60.0, gt=0.0, le=3600.0, description="seconds a remote server may stay silent before a reply fails"
+    )
+    remote_retries: int = Field(
+        2, ge=0, le=10, description="retries with backoff while a remote server is unreachable or busy (429, 5xx)"
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the model runs")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -115,6 +132,12 @@ class Settings(BaseSettings):
 
     # -- files --------------------------------------------------------------------------------------
     sessions_dir: Path = Field(Path("sessions"), description="where sessions are saved")
+
+    @field_validator("backend", mode="after")
+    @classmethod
+    def _backend_url(cls, value: str) -> str:
+        value = value.strip()
+        return value if value == "local" else normalize_base_url(value)
 
     @field_validator("cache_dir", "sessions_dir", mode="after")
     @classmethod
@@ -160,6 +183,16 @@ class Settings(BaseSettings):
             cls._toml_file = None
 
 
+def normalize_base_url(url: str) -> str:
+    """``http://host:30000`` → ``http://host:30000/v1``; a URL with a path is kept (less a trailing '/')."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"must be 'local' or an http(s):// URL of an OpenAI-compatible server, got {url!r}")
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/') or '/v1'}"
+
+
 def _check_toml(path: Path) -> None:
     try:
         import tomllib
@@ -177,7 +210,7 @@ def describe_validation_error(exc: ValidationError, toml_file: Path | None = Non
     """One line naming the first invalid setting, its env var, and why."""
     err = exc.errors()[0]
     name = ".".join(str(p) for p in err["loc"]) or "settings"
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         where = f" in {toml_file}" if toml_file else ""
         return f"unknown setting '{name}'{where}"

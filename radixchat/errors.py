@@ -32,3 +32,11 @@ class EngineStoppedError(RadixchatError):
 
 class SessionError(RadixchatError):
     """A session file is missing, corrupt, of an unknown version, or for another model."""
+
+
+class RemoteError(RadixchatError):
+    """A remote server refused or failed a request (one line: what happened and where)."""
+
+
+class BackendUnavailableError(ModelLoadError):
+    """The remote server cannot be used at all: unreachable, wrong key, or the model is not served."""

@@ -22,18 +22,21 @@ from radixchat.engine import Engine, EngineStats, FinishEvent, SamplingParams, T
 class TurnResult:
     message: Message
     finish_reason: str  # stop | length | cancelled | error
-    prompt_tokens: int
-    cached_tokens: int
+    # None only from a remote server that does not report them (the local engine always knows).
+    prompt_tokens: int | None
+    cached_tokens: int | None
     completion_tokens: int
     ttft_ms: float | None
     decode_tokens_per_s: float | None
     error: str | None = None
 
     @property
-    def prefilled_tokens(self) -> int:
+    def prefilled_tokens(self) -> int | None:
+        if self.prompt_tokens is None or self.cached_tokens is None:
+            return None
         return self.prompt_tokens - self.cached_tokens
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, int | None]:
         return {
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
@@ -41,8 +44,13 @@ class TurnResult:
         }
 
     def footer(self) -> str:
-        """``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s``"""
-        parts = [f"reused {self.cached_tokens}", f"prefilled {self.prefilled_tokens}"]
+        """``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s`` (``prompt 827 · ...`` when a remote server
+        reports no cached tokens; no counts when it reports no usage at all)."""
+        parts = []
+        if self.prefilled_tokens is not None:
+            parts += [f"reused {self.cached_tokens}", f"prefilled {self.prefilled_tokens}"]
+        elif self.prompt_tokens is not None:
+            parts.append(f"prompt {self.prompt_tokens}")
         if self.ttft_ms is not None:
             parts.append(f"TTFT {self.ttft_ms:.0f} ms")
         if self.decode_tokens_per_s is not None:

@@ -1,0 +1,347 @@
+"""Chat over an OpenAI-compatible server (SGLang, vLLM, llama.cpp's server) instead of the in-process engine.
+
+``RemoteBackend`` implements the same protocol as ``LocalBackend``; front ends do not know which one they
+hold. What differs, and why:
+
+- There are no token ids here: the server renders the chat template and keeps its own prefix cache (the
+  radix tree lives on the server). Conversations use ``RemoteFormat``, which renders nothing, so every
+  message's ``token_ids`` stay empty; messages go out as ``Message.template_dict(native_tools=True)``.
+- Constraints are request fields: ``constraint()`` returns ``response_format`` (JSON mode) or
+  ``tools``/``tool_choice`` (tool mode) instead of a grammar matcher.
+- Usage is what the server reports. ``prompt_tokens``/``cached_tokens`` are None where it reports
+  nothing (llama.cpp sends no usage when streaming; SGLang reports cached tokens only with
+  ``--enable-cache-report``). TTFT and tokens/s are measured here, client-side.
+- Failures become a ``finish_reason == "error"`` reply with a one-line ``error``, never an exception:
+  connection errors, 408/409/429 and 5xx before the first token are retried with backoff
+  (``remote_retries``); a stream that breaks after the first token keeps the partial reply, marked
+  ``meta["partial"]``. A server that stays silent longer than ``remote_timeout`` is not retried (it has the
+  request; asking again only adds load).
+
+Streaming (SSE), typed errors and the HTTP client come from the ``openai`` package; its own retries are
+off because they end when the response headers arrive, and ours must cover the wait for the first token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from radixchat.chat.backend import TurnResult
+from radixchat.chat.conversation import Conversation, Message
+from radixchat.chat.modes import Mode, ModeError
+from radixchat.chat.remote_reply import RemoteReply, cause_text, one_line, server_message
+from radixchat.config import normalize_base_url
+from radixchat.errors import BackendUnavailableError, RemoteError
+
+if TYPE_CHECKING:
+    import openai
+
+    from radixchat.engine import SamplingParams
+
+CACHE_TREE_NOTE = "The KV cache tree lives on the server ({url}); this client cannot show it."
+
+
+class RemoteFormat:
+    """The ``ChatFormat`` stand-in for a remote backend: the server renders and tokenizes, so nothing here
+    does. Every message's ``token_ids`` stay empty and the delta path never re-renders anything."""
+
+    tokenizer = None
+    template = ""
+    native_tools = True
+    delta_ok = True
+    delta_problem: str | None = None
+
+    def render(self, messages: list[Message], add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
+        return ""
+
+    def encode(self, text: str) -> list[int]:
+        return []
+
+    def decode(self, ids: list[int]) -> str:
+        return ""
+
+
+@dataclass(slots=True)
+class RemoteTotals:
+    """Counters over all finished replies (the remote stand-in for the engine's hit-rate stats)."""
+
+    turns: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    cache_reports: int = 0  # turns whose usage included cached tokens
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Cached / prompt tokens over the turns that reported both (None: the server reports none)."""
+        return self.cached_tokens / self.prompt_tokens if self.cache_reports and self.prompt_tokens else None
+
+    def add(self, result: TurnResult) -> None:
+        self.turns += 1
+        self.completion_tokens += result.completion_tokens
+        if result.prompt_tokens is not None and result.cached_tokens is not None:
+            self.prompt_tokens += result.prompt_tokens
+            self.cached_tokens += result.cached_tokens
+            self.cache_reports += 1
+
+
+class RemoteBackend:
+    """Chat over an OpenAI-compatible server. Build with ``connect(settings)`` (checks the model) or
+    ``from_settings`` (no network). The HTTP client is created in the first event loop that uses it;
+    call ``aclose()`` when done."""
+
+    fmt: RemoteFormat
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+        retries: int = 2,
+        max_concurrent: int = 32,
+        backoff_s: float = 0.5,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.model_name = model
+        self.fmt = RemoteFormat()
+        self.api_key = api_key
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.totals = RemoteTotals()
+        self.cache_tree_note = CACHE_TREE_NOTE.format(url=self.base_url)
+        self.json_schema_style = "json_schema"  # or "json_object" (llama-cpp-python's form), learnt on refusal
+        self._max_concurrent = max_concurrent
+        self._slots: asyncio.Semaphore | None = None
+        self._client: openai.AsyncOpenAI | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any, model: str | None = None) -> RemoteBackend:
+        """Without network access: ``model`` (default: the ``model`` setting) is taken as served."""
+        return cls(
+            settings.backend,
+            model or settings.model,
+            api_key=os.environ.get(settings.api_key_env) or None,
+            api_key_env=settings.api_key_env,
+            timeout_s=settings.remote_timeout,
+            retries=settings.remote_retries,
+            max_concurrent=settings.max_running_requests,
+        )
+
+    # -- the HTTP client ---------------------------------------------------------------------------------
+
+    def new_client(self) -> openai.AsyncOpenAI:
+        import openai
+
+        return openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=self.api_key or "EMPTY",  # servers without auth ignore it; the client needs one
+            timeout=openai.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
+            max_retries=0,
+        )
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            self._client = self.new_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    # -- models ------------------------------------------------------------------------------------------
+
+    async def list_models(self) -> list[str]:
+        """Ids the server serves (``GET /models``). Raises BackendUnavailableError."""
+        import openai
+
+        # A short-lived client: this may run in a throwaway event loop (a TUI loader thread).
+        client = self.new_client()
+        try:
+            page = await client.models.list()
+            return [m.id for m in page.data]
+        except openai.APIError as exc:
+            raise BackendUnavailableError(self.describe(exc, during="listing models")) from None
+        finally:
+            await client.close()
+
+    async def resolve_model(self, explicit: bool) -> str:
+        """Check the ``model`` against what the server serves. Unless ``explicit``, a server with exactly
+        one model uses that one (the usual deployment). Raises BackendUnavailableError."""
+        served = await self.list_models()
+        if self.model_name in served:
+            return self.model_name
+        hint = f"radixchat --backend {self.base_url} --list-models"
+        if not explicit and len(served) == 1:
+            self.model_name = served[0]
+            return self.model_name
+        if not explicit:
+            raise BackendUnavailableError(
+                f"{self.base_url} serves {len(served)} models; choose one with --model (see {hint})"
+            )
+        names = ", ".join(served[:8]) + (", ..." if len(served) > 8 else "")
+        raise BackendUnavailableError(
+            f"model '{self.model_name}' is not served by {self.base_url} (it serves: {names or 'nothing'})"
+        )
+
+    # -- the chat protocol -------------------------------------------------------------------------------
+
+    def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
+        return Conversation(self.fmt, system=system, tools=tools)  # type: ignore[arg-type]
+
+    def constraint(
+        self, mode: Mode, *, schema: Any = None, tools: list[dict] | None = None, tool_choice: str | dict = "auto"
+    ) -> dict[str, Any]:
+        """Request fields for one reply in ``mode`` (see ``modes.grammar_for``). Raises ModeError."""
+        if mode == "json":
+            if schema is None or schema is True or schema == {}:
+                return {"response_format": {"type": "json_object"}}
+            if not isinstance(schema, dict):
+                raise ModeError("json mode: the schema must be a JSON object (or true)")
+            return {"response_format": self._json_schema_format(schema)}
+        if mode == "tool":
+            if not tools:
+                raise ModeError("tool mode needs at least one declared tool")
+            choice: str | dict = tool_choice
+            if isinstance(tool_choice, dict):
+                choice = {"type": "function", "function": {"name": tool_choice["name"]}}
+            return {"tools": [{"type": "function", "function": t} for t in tools], "tool_choice": choice}
+        raise ModeError(f"unknown mode '{mode}'")
+
+    def _json_schema_format(self, schema: dict) -> dict[str, Any]:
+        if self.json_schema_style == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+
+    def reply(self, conv: Conversation, params: SamplingParams, grammar: dict[str, Any] | None = None) -> RemoteReply:
+        """Start streaming the reply to the conversation's last message (needs a running event loop)."""
+        if not conv.messages or conv.messages[-1].role not in ("user", "tool"):
+            raise RemoteError("nothing to reply to: the conversation does not end with a user message")
+        request = self.request(conv, params, grammar)
+        return RemoteReply(self, conv, request)
+
+    def request(self, conv: Conversation, params: SamplingParams, grammar: dict[str, Any] | None) -> dict[str, Any]:
+        """The ``chat.completions.create`` arguments for one reply."""
+        extra: dict[str, Any] = {}
+        if params.top_k > 0:
+            extra["top_k"] = params.top_k
+        if params.repetition_penalty != 1.0:
+            extra["repetition_penalty"] = params.repetition_penalty
+        req: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": request_messages(conv.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
+        if params.seed is not None:
+            req["seed"] = params.seed
+        if params.stop:
+            req["stop"] = list(params.stop)
+        if extra:
+            req["extra_body"] = extra
+        req.update(grammar or {})
+        return req
+
+    def warm(self, ids: Sequence[int]) -> None:
+        """Nothing to do: the server's prefix cache warms itself on the next turn."""
+
+    def stats(self) -> None:
+        """No engine here: the server's cache, pool and memory are not visible (see ``totals``)."""
+        return None
+
+    def cached_path(self, ids: Sequence[int]) -> list[int]:
+        return []
+
+    # -- errors ------------------------------------------------------------------------------------------
+
+    def describe(self, exc: BaseException, *, during: str = "", tries: int = 1) -> str:
+        """One line for a failed request: what the server said, where, and what to do."""
+        import openai
+
+        where = f" ({during})" if during else ""
+        where += f" after {tries} tries" if tries > 1 else ""
+        url = self.base_url
+        if isinstance(exc, openai.APITimeoutError):
+            return f"no reply from {url} within {self.timeout_s:g} s{where} (--remote-timeout)"
+        if isinstance(exc, openai.APIConnectionError):
+            cause = cause_text(exc)
+            return f"cannot reach {url}{where}: {cause}" if cause else f"cannot reach {url}{where}"
+        if isinstance(exc, openai.APIStatusError):
+            status, said = exc.status_code, server_message(exc)
+            said_note = f": {said}" if said else ""
+            if status == 401:
+                key = (
+                    f"check ${self.api_key_env}"
+                    if self.api_key
+                    else f"set ${self.api_key_env} (or name another variable with --api-key-env)"
+                )
+                return f"{url} refused the API key (401 Unauthorized){where}; {key}"
+            if status == 403:
+                return f"{url} does not allow this API key (403 Forbidden){where}{said_note}"
+            if status == 404:
+                return (
+                    f"{url} answered 404 Not Found{where}: model '{self.model_name}' is unknown there, or the URL "
+                    f"lacks its API path (usually /v1); see radixchat --backend {url} --list-models"
+                )
+            if status == 429:
+                return f"{url} is overloaded (429 Too Many Requests){where}{said_note}"
+            if status >= 500:
+                return f"{url} failed with a server error ({status}){where}{said_note}"
+            return f"{url} rejected the request ({status}){where}{said_note}"
+        if isinstance(exc, openai.APIError):
+            return f"{url} reported an error{where}: {one_line(exc.message)}"
+        return f"{url}{where}: {one_line(str(exc))}"
+
+
+def request_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Messages as the OpenAI API takes them: tool calls with ids and JSON-string arguments, and each tool
+    result tied to its call by ``tool_call_id`` (in order, as the tool turn appends them)."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for i, m in enumerate(messages):
+        d = m.template_dict(native_tools=True)
+        if m.role == "assistant" and m.tool_calls:
+            ids = list(m.meta.get("tool_call_ids") or [])
+            ids += [f"call_{i}_{k}" for k in range(len(ids), len(m.tool_calls))]
+            d["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": c["name"], "arguments": _json_text(c["arguments"])}}
+                for cid, c in zip(ids, m.tool_calls)
+            ]
+            pending = ids[: len(m.tool_calls)]
+        elif m.role == "tool":
+            d["tool_call_id"] = pending.pop(0) if pending else f"call_{i}"
+        out.append(d)
+    return out
+
+
+async def connect(settings: Any) -> RemoteBackend:
+    """A backend for ``settings.backend`` with its model checked against the server."""
+    backend = RemoteBackend.from_settings(settings)
+    await backend.resolve_model(explicit="model" in settings.model_fields_set)
+    return backend
+
+
+def load_remote_backend(settings: Any, progress: Any = None) -> RemoteBackend:
+    """``connect`` for a loader thread (blocking; the TUI's backend factory signature)."""
+    if progress is not None:
+        progress(f"connecting to {settings.backend}")
+    backend = RemoteBackend.from_settings(settings)
+    asyncio.run(backend.resolve_model(explicit="model" in settings.model_fields_set))
+    return backend
+
+
+def _json_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
