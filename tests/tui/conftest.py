@@ -33,7 +33,9 @@ class CharTokenizer:
     eos_token = "<|im_end|>"
     EOS = 1
 
-    def apply_chat_template(self, messages, tools=None, add_generation_prompt=False, tokenize=False, chat_template=None):
+    def apply_chat_template(
+        self, messages, tools=None, add_generation_prompt=False, tokenize=False, chat_template=None
+    ):
         text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
@@ -94,7 +96,10 @@ class FakeTrie:
         return out
 
     def nodes(self, decode: Callable[[list[int]], str]) -> list[TreeNodeView]:
-        return [TreeNodeView(nid, parent, len(run), decode(run[:16]), False, nid) for nid, parent, run in self.build()]
+        return [
+            TreeNodeView(nid, parent, len(run), decode(run[:16]), False, nid)
+            for nid, parent, run in self.build()
+        ]
 
     def path(self, ids: Sequence[int]) -> list[int]:
         kids: dict[int | None, list[tuple[int, list[int]]]] = {}
@@ -161,13 +166,25 @@ class FakeReply:
         reason = "cancelled" if self.cancelled else "stop"
         fmt = self.conv.fmt
         ids = fmt.encode(text) + ([] if self.cancelled else [CharTokenizer.EOS])
-        self.conv.add_assistant(text, ids, reason, usage={"prompt_tokens": len(self.prompt_ids), "cached_tokens": self.cached,
-                                                          "completion_tokens": len(ids)}, ttft_ms=12.0, decode_tokens_per_s=42.0)
+        self.conv.add_assistant(
+            text,
+            ids,
+            reason,
+            usage={
+                "prompt_tokens": len(self.prompt_ids),
+                "cached_tokens": self.cached,
+                "completion_tokens": len(ids),
+            },
+            ttft_ms=12.0,
+            decode_tokens_per_s=42.0,
+        )
         self.backend.trie.insert(self.prompt_ids + ids[:-1])
         self.backend.last = LastRequest(len(self.prompt_ids), self.cached, len(ids), 0.012, 42.0)
         self.backend.totals[0] += len(self.prompt_ids)
         self.backend.totals[1] += self.cached
-        self._result = TurnResult(self.conv.messages[-1], reason, len(self.prompt_ids), self.cached, len(ids), 12.0, 42.0)
+        self._result = TurnResult(
+            self.conv.messages[-1], reason, len(self.prompt_ids), self.cached, len(ids), 12.0, 42.0
+        )
 
     async def result(self) -> TurnResult:
         if self._result is None:
@@ -207,12 +224,30 @@ class FakeBackend:
         tree_tokens = sum(n.num_tokens for n in nodes)
         prompt, cached = self.totals
         return EngineStats(
-            model=self.model_name, device="cpu", dtype="float32", running=0, waiting=0,
-            prompt_tokens=prompt, cached_tokens=cached, computed_tokens=tree_tokens, generated_tokens=0,
-            retractions=0, evicted_tokens=0, steps=0, pool_capacity=4096, pool_free=4096 - tree_tokens,
-            tree_tokens=tree_tokens, tree_evictable=tree_tokens, tree_protected=0, bytes_per_token=46080,
-            device_allocated=None, device_reserved=None, process_rss=512 * 2**20, tree_version=len(self.trie.seqs),
-            tree=tuple(nodes), last_request=self.last,
+            model=self.model_name,
+            device="cpu",
+            dtype="float32",
+            running=0,
+            waiting=0,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            computed_tokens=tree_tokens,
+            generated_tokens=0,
+            retractions=0,
+            evicted_tokens=0,
+            steps=0,
+            pool_capacity=4096,
+            pool_free=4096 - tree_tokens,
+            tree_tokens=tree_tokens,
+            tree_evictable=tree_tokens,
+            tree_protected=0,
+            bytes_per_token=46080,
+            device_allocated=None,
+            device_reserved=None,
+            process_rss=512 * 2**20,
+            tree_version=len(self.trie.seqs),
+            tree=tuple(nodes),
+            last_request=self.last,
         )
 
     def cached_path(self, ids: Sequence[int]) -> list[int]:
@@ -277,11 +312,16 @@ async def ready(app: RadixChatApp, pilot: Any) -> None:
 
 
 async def say(app: RadixChatApp, pilot: Any, text: str, wait: bool = True) -> None:
-    """Type ``text`` into the prompt, press Enter, and (by default) wait for the reply to finish."""
+    """Type ``text`` into the prompt, press Enter, and (by default) wait until the turn is fully handled."""
     app.prompt.focus()
     app.prompt.load_text(text)
-    n = len(app.state.conv.messages)
+    done = app.turns_finished
     await pilot.press("enter")
     if wait:
-        await wait_until(lambda: app._reply is None and len(app.state.conv.messages) >= n + 2, pilot=pilot)
-        await pilot.pause()
+        await turn_done(app, pilot, done)
+
+
+async def turn_done(app: RadixChatApp, pilot: Any, before: int, timeout: float = 30.0) -> None:
+    """Wait until a reply started after ``app.turns_finished`` was ``before`` is rendered and saved."""
+    await wait_until(lambda: app.turns_finished > before, timeout=timeout, pilot=pilot)
+    await pilot.pause()

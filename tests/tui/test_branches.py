@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from radixchat.tui.screens.branches import BranchesScreen
 from radixchat.tui.widgets.user_message import UserMessage
-from tests.tui.conftest import TERMINAL, Script, ready, say, wait_until
+from tests.tui.conftest import TERMINAL, Script, ready, say, turn_done, wait_until
 
 
 def counter_script() -> Script:
@@ -24,13 +24,16 @@ async def test_regenerate_makes_a_new_reply_and_keeps_the_old_as_a_branch(make_a
         await ready(app, pilot)
         await say(app, pilot, "hi")
         await pilot.press("ctrl+r")
-        await wait_until(lambda: app._reply is None and len(app.state.branches) == 2, pilot=pilot)
-        await wait_until(lambda: app.state.conv.messages[-1].role == "assistant", pilot=pilot)
+        await turn_done(app, pilot, 1)
+        assert len(app.state.branches) == 2
         assert [m.content for m in app.state.conv.messages] == ["hi", "reply 2 to hi"]
         assert [m.content for m in app.state.branches[0].conv.messages] == ["hi", "reply 1 to hi"]
         assert len(app.transcript.messages()) == 2
         # the regenerated prompt was served from the cache (all but its last token)
-        assert app.state.conv.messages[-1].meta["usage"]["cached_tokens"] == len(app.state.conv.messages[0].token_ids) - 1
+        assert (
+            app.state.conv.messages[-1].meta["usage"]["cached_tokens"]
+            == len(app.state.conv.messages[0].token_ids) - 1
+        )
         await app.switch_branch(0)
         await pilot.pause()
         assert app.transcript.last_assistant().message.content == "reply 1 to hi"
@@ -50,13 +53,20 @@ async def test_editing_an_earlier_message_creates_a_branch_sharing_the_prefix(ma
         await pilot.press("e")
         assert app.focused is app.prompt and app.prompt.text == "second"
         assert app.state.editing == 2
-        await pilot.press("backspace", "backspace", "backspace", "backspace", "backspace", "backspace", *"2nd!")
+        await pilot.press(
+            "backspace", "backspace", "backspace", "backspace", "backspace", "backspace", *"2nd!"
+        )
         await pilot.press("enter")
-        await wait_until(lambda: app._reply is None and len(app.state.branches) == 2, pilot=pilot)
-        await wait_until(lambda: app.state.conv.messages[-1].role == "assistant", pilot=pilot)
+        await turn_done(app, pilot, 2)
+        assert len(app.state.branches) == 2
         new = app.state.conv
         assert [m.content for m in new.messages[:3]] == ["first", "reply 1 to first", "2nd!"]
-        assert [m.content for m in old.messages] == ["first", "reply 1 to first", "second", "reply 2 to second"]
+        assert [m.content for m in old.messages] == [
+            "first",
+            "reply 1 to first",
+            "second",
+            "reply 2 to second",
+        ]
         assert app.state.branches[0].conv is old and app.state.active == 1
         # both branches share the cached prefix: the first turn's nodes are on both paths
         shared = len(new.messages[0].token_ids) + len(new.messages[1].token_ids)

@@ -10,7 +10,7 @@ from textual import events
 from radixchat.errors import ModelLoadError
 from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.user_message import UserMessage
-from tests.tui.conftest import TERMINAL, Script, ready, say, wait_until
+from tests.tui.conftest import TERMINAL, Script, ready, say, turn_done, wait_until
 
 CODE_REPLY = "Two ways:\n\n```python\nprint(1)\n```\n\nand\n\n```sh\necho 2\n```\n"
 
@@ -52,8 +52,7 @@ async def test_escape_stops_the_reply_and_keeps_what_was_generated(make_app, fak
         await say(app, pilot, "go", wait=False)
         await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
         await pilot.press("escape")
-        await wait_until(lambda: app._reply is None, pilot=pilot)
-        await pilot.pause()
+        await turn_done(app, pilot, 0)
         msg = app.state.conv.messages[-1]
         assert msg.role == "assistant" and msg.finish_reason == "cancelled"
         assert msg.content == "ab"  # kept, not thrown away
@@ -74,9 +73,10 @@ async def test_typing_is_not_blocked_while_a_reply_streams(make_app, fake):
         await pilot.press("enter")  # refused while streaming: the text stays
         assert app.prompt.text == "next one" and app._reply is not None
         fake.script.gate.set()
-        await wait_until(lambda: app._reply is None, pilot=pilot)
+        await turn_done(app, pilot, 0)
         await pilot.press("enter")
-        await wait_until(lambda: fake.script.replies == ["first", "next one"] and app._reply is None, pilot=pilot)
+        await turn_done(app, pilot, 1)
+        assert fake.script.replies == ["first", "next one"]
 
 
 async def test_the_transcript_follows_the_stream_unless_the_user_scrolled_up(make_app, fake):
@@ -95,8 +95,7 @@ async def test_the_transcript_follows_the_stream_unless_the_user_scrolled_up(mak
             t.post_message(events.MouseScrollUp(t, 2, 2, 0, -1, 0, False, False, False))
         await pilot.pause()
         fake.script.gate.set()
-        await wait_until(lambda: app._reply is None, pilot=pilot)
-        await pilot.pause()
+        await turn_done(app, pilot, 2)
         assert t.scroll_y < t.max_scroll_y  # left where the user put it
 
 
@@ -107,7 +106,8 @@ async def test_enter_sends_and_ctrl_j_inserts_a_newline(make_app, fake):
         await pilot.press("l", "1", "ctrl+j", "l", "2")
         assert app.prompt.text == "l1\nl2" and fake.script.replies == []
         await pilot.press("enter")
-        await wait_until(lambda: app._reply is None and fake.script.replies == ["l1\nl2"], pilot=pilot)
+        await turn_done(app, pilot, 0)
+        assert fake.script.replies == ["l1\nl2"]
         assert app.prompt.text == ""
 
 
@@ -163,7 +163,7 @@ async def test_copy_a_message_and_its_code_blocks(make_app, fake):
         assert app.focused is app.prompt
 
 
-async def test_the_prompt_keeps_its_text_while_the_model_loads(make_app, settings, fake):
+async def test_enter_while_the_model_loads_queues_the_message(make_app, settings, fake):
     gate = threading.Event()
 
     def slow(s, progress):
@@ -179,11 +179,14 @@ async def test_the_prompt_keeps_its_text_while_the_model_loads(make_app, setting
         await wait_until(lambda: app.load_status == "converting the model", pilot=pilot)
         assert "converting the model" in str(app.transcript.query_one("Welcome .status").render())
         await pilot.press("h", "i", "enter")
-        assert app.prompt.text == "hi" and fake.script.replies == []
+        assert app.prompt.text == "" and app.queued == "hi" and fake.script.replies == []
+        assert [v.message.content for v in app.transcript.query(".-queued")] == ["hi"]
+        await pilot.press("x", "enter")  # one waiting message at a time: this one stays in the box
+        assert app.prompt.text == "x"
         gate.set()
-        await ready(app, pilot)
-        await pilot.press("enter")
-        await wait_until(lambda: fake.script.replies == ["hi"], pilot=pilot)
+        await turn_done(app, pilot, 0)
+        assert fake.script.replies == ["hi"] and app.queued is None and not app.transcript.query(".-queued")
+        assert [type(v).__name__ for v in app.transcript.messages()] == ["UserMessage", "AssistantMessage"]
 
 
 async def test_a_model_that_fails_to_load_is_reported_and_quit_returns_3(settings):
@@ -193,7 +196,9 @@ async def test_a_model_that_fails_to_load_is_reported_and_quit_returns_3(setting
     from radixchat.tui.app import RadixChatApp
     from radixchat.tui.tui_config import TuiConfig
 
-    app = RadixChatApp(settings, backend_factory=broken, panel_interval=None, tui_config=TuiConfig(), tools=[])
+    app = RadixChatApp(
+        settings, backend_factory=broken, panel_interval=None, tui_config=TuiConfig(), tools=[]
+    )
     async with app.run_test(size=TERMINAL) as pilot:
         await wait_until(lambda: "failed to load" in app.load_status, pilot=pilot)
         assert "model 'nope' not found" in str(app.transcript.query_one("Welcome .status").render())
@@ -201,12 +206,25 @@ async def test_a_model_that_fails_to_load_is_reported_and_quit_returns_3(setting
     assert app.return_code == 3
 
 
-async def test_enter_right_after_a_burst_of_typing_sends_all_of_it(make_app, fake):
-    """Keys that arrive in one read (fast typing, tmux send-keys, a paste without bracketed paste)."""
+async def test_a_burst_of_keys_is_applied_in_order(make_app, fake):
+    """Keys that arrive in one read (fast typing, tmux send-keys, a paste without bracketed paste):
+    editing keys and Enter must act where they stand among the typed characters."""
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        for ch in "abc":
-            app.post_message(events.Key(ch, ch))
-        app.post_message(events.Key("enter", "\r"))
-        await wait_until(lambda: fake.script.replies == ["abc"] and app._reply is None, pilot=pilot)
+        for key in ["a", "b", "c", "backspace", "ctrl+j", "d", "left", "x", "enter"]:
+            app.post_message(events.Key(key, key if len(key) == 1 else None))
+        await turn_done(app, pilot, 0)
+        assert fake.script.replies == ["ab\nxd"]
+        assert app.prompt.text == ""
+
+
+async def test_quitting_in_the_middle_of_a_reply_exits_cleanly(make_app, fake):
+    fake.script = Script(chunk=1, gate=asyncio.Event())
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "a long one", wait=False)
+        await wait_until(lambda: app._reply is not None, pilot=pilot)
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0

@@ -19,8 +19,21 @@ from radixchat.tui.widgets.prompt import PromptInput
 from radixchat.tui.widgets.user_message import UserMessage
 from tests.tui.conftest import TERMINAL, ready
 
-CLASSES = [RadixChatApp, PromptInput, MessageView, UserMessage, AssistantMessage, HelpScreen, SessionsScreen,
-           SettingsScreen, SchemaScreen, ToolsScreen, BranchesScreen, NameDialog, ConfirmDialog]
+CLASSES = [
+    RadixChatApp,
+    PromptInput,
+    MessageView,
+    UserMessage,
+    AssistantMessage,
+    HelpScreen,
+    SessionsScreen,
+    SettingsScreen,
+    SchemaScreen,
+    ToolsScreen,
+    BranchesScreen,
+    NameDialog,
+    ConfirmDialog,
+]
 
 
 def test_every_binding_has_a_unique_id():
@@ -79,3 +92,11 @@ async def test_f1_lists_the_bindings_with_the_current_keys(make_app):
         assert {"message.edit", "message.copy_code", "sessions.rename", "stop", "prompt.send"} <= ids
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+
+
+def test_every_palette_command_runs_an_existing_action():
+    from radixchat.tui.commands import COMMANDS
+
+    for title, _help, action in COMMANDS:
+        name = action.split("(")[0]
+        assert callable(getattr(RadixChatApp, f"action_{name}", None)), f"{title}: no action_{name}"

@@ -12,8 +12,16 @@ from radixchat.tui.screens.tools import ToolsScreen
 from radixchat.tui.widgets.assistant_message import display_text
 from tests.tui.conftest import TERMINAL, Script, ready, say, wait_until
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 
 
 def mode_badge(app) -> str:
@@ -55,7 +63,10 @@ async def test_modes_can_be_chosen_from_the_command_palette(make_app):
         await pilot.press("ctrl+p")
         await pilot.press(*"Mode: tool")
         commands = app.screen.query_one(CommandList)
-        await wait_until(lambda: commands.option_count > 0 and "Mode: tool" in str(commands.get_option_at_index(0).prompt), pilot=pilot)
+        await wait_until(
+            lambda: commands.option_count > 0 and "Mode: tool" in str(commands.get_option_at_index(0).prompt),
+            pilot=pilot,
+        )
         await pilot.press("enter")
         await wait_until(lambda: app.state.mode == "tool", pilot=pilot)
         assert mode_badge(app).startswith("tool")

@@ -24,7 +24,7 @@ async def test_panels_show_the_cache_hit_rate_memory_and_speed_after_a_turn(make
         last = stats.last_request
         assert f"{last.cached_tokens / last.prompt_tokens:.0%}" in text_of(app, "#hit-rate .numbers")
         memory = text_of(app, "#memory")
-        assert f"KV pool {stats.pool_used:,}/4,096 tok" in memory and "process RSS 512.0 MiB" in memory
+        assert f"KV pool {stats.pool_used:,}/4,096 tok" in memory and "cpu     RSS 512.0 MiB" in memory
         speed = text_of(app, "#speed")
         assert "TTFT    12 ms" in speed and "42.0 tok/s" in speed
         tree = app.query_one(CacheTree)
@@ -50,8 +50,16 @@ async def test_the_cache_tree_is_updated_incrementally(make_app):
         tree.apply([a, TreeNodeView(2, 1, 5, "hello", False, 3)], [1], "2 nodes")
         assert tree.updates == n + 1 and tree._drawn[1] is first_a  # one label, same nodes
         # a split: node 3 takes the first 4 tokens of node 2, which moves under it
-        tree.apply([a, TreeNodeView(3, 1, 4, "hell", False, 4), TreeNodeView(2, 3, 1, "o", False, 4),
-                    TreeNodeView(4, 3, 2, "p!", False, 4)], [1, 3, 4], "4 nodes")
+        tree.apply(
+            [
+                a,
+                TreeNodeView(3, 1, 4, "hell", False, 4),
+                TreeNodeView(2, 3, 1, "o", False, 4),
+                TreeNodeView(4, 3, 2, "p!", False, 4),
+            ],
+            [1, 3, 4],
+            "4 nodes",
+        )
         assert tree._drawn[1] is first_a and tree.drawn_ids == {1, 2, 3, 4}
         assert tree._drawn[2].parent is tree._drawn[3] and tree._drawn[3].allow_expand
         tree.apply([a], [], "1 node")  # eviction
@@ -81,3 +89,30 @@ async def test_panels_hide_on_narrow_terminals_and_toggle_with_ctrl_b(make_app):
         await pilot.resize_terminal(140, 40)
         await pilot.pause()
         assert side.display  # back to automatic once the width crossed the threshold
+
+
+async def test_the_memory_panel_shows_cuda_allocated_and_reserved_on_a_gpu(make_app, fake):
+    import dataclasses
+
+    from radixchat.tui.widgets.memory import MemoryPanel
+
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        stats = dataclasses.replace(
+            fake.stats(), device="cuda:0", device_allocated=3 * 2**30, device_reserved=4 * 2**30
+        )
+        panel = app.query_one(MemoryPanel)
+        panel.show(stats)
+        text = str(panel.render())
+        assert "cuda:0  3.0 GiB allocated" in text and "4.0 GiB reserved" in text and "RSS" not in text
+
+
+async def test_a_backend_without_stats_says_so_in_the_panels(make_app, fake, monkeypatch):
+    monkeypatch.setattr(fake, "stats", lambda: None)  # what a remote backend returns
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await app.refresh_panels_now()
+        assert "lives on the server" in text_of(app, "#memory")
+        assert "lives on the server" in str(app.query_one(CacheTree).root.label)

@@ -12,7 +12,7 @@ from radixchat.engine import Engine, EngineConfig
 from radixchat.tui.app import RadixChatApp
 from radixchat.tui.tui_config import TuiConfig
 from radixchat.tui.widgets.cache_tree import CacheTree
-from tests.tui.conftest import TERMINAL, ready, say, wait_until
+from tests.tui.conftest import TERMINAL, ready, say, turn_done, wait_until
 
 pytestmark = pytest.mark.real_model
 
@@ -26,7 +26,9 @@ async def test_the_real_engine_streams_reuses_the_cache_and_stops(smol, tui_env)
         made.append(LocalBackend(Engine(smol[0], EngineConfig(kv_pool_tokens=4096, debug=True))))
         return made[0]
 
-    app = RadixChatApp(settings, backend_factory=factory, panel_interval=None, tui_config=TuiConfig(), tools=[])
+    app = RadixChatApp(
+        settings, backend_factory=factory, panel_interval=None, tui_config=TuiConfig(), tools=[]
+    )
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         assert made[0].engine.running
@@ -52,17 +54,21 @@ async def test_the_real_engine_streams_reuses_the_cache_and_stops(smol, tui_env)
 
         # regenerate: a branch whose prompt is entirely cached
         await pilot.press("ctrl+r")
-        await wait_until(lambda: len(app.state.branches) == 2 and app._reply is None, pilot=pilot, timeout=30)
-        await wait_until(lambda: app.state.conv.messages[-1].role == "assistant", pilot=pilot)
+        await turn_done(app, pilot, 2)
+        assert len(app.state.branches) == 2
         regen = app.state.conv.messages[-1].meta["usage"]
         assert regen["cached_tokens"] == regen["prompt_tokens"] - 1
 
         # Esc stops a long reply at once and keeps its text
         app.state.sampling = app.state.sampling.model_copy(update={"max_tokens": 400})
         await say(app, pilot, "Count from 1 to 200, one number per line.", wait=False)
-        await wait_until(lambda: app._reply_view is not None and len(app._reply_view.streamed) >= 2, pilot=pilot, timeout=30)
+        await wait_until(
+            lambda: app._reply_view is not None and len(app._reply_view.streamed) >= 2,
+            pilot=pilot,
+            timeout=30,
+        )
         await pilot.press("escape")
-        await wait_until(lambda: app._reply is None, pilot=pilot, timeout=30)
+        await turn_done(app, pilot, 3)
         stopped = app.state.conv.messages[-1]
         assert stopped.finish_reason == "cancelled" and stopped.content
         assert stopped.meta["usage"]["completion_tokens"] < 100
@@ -75,11 +81,16 @@ async def test_json_mode_on_the_real_engine_shows_schema_valid_pretty_json(smol,
     """Runs where the grammar layer is in (``grammar_for`` gives a matcher); skipped before that."""
     settings = Settings.load({"sessions_dir": str(tui_env / "sessions"), "temperature": 0, "max_tokens": 60})
     backend = LocalBackend(Engine(smol[0], EngineConfig(kv_pool_tokens=4096)))
-    app = RadixChatApp(settings, backend_factory=lambda s, p: backend, panel_interval=None, tui_config=TuiConfig(), tools=[])
+    app = RadixChatApp(
+        settings, backend_factory=lambda s, p: backend, panel_interval=None, tui_config=TuiConfig(), tools=[]
+    )
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        app.state.schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-                            "required": ["name", "age"]}
+        app.state.schema = {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"],
+        }
         await app.action_set_mode("json")
         if app.mode_problem:
             await pilot.press("ctrl+q")

@@ -80,10 +80,14 @@ async def test_a_saved_session_opens_with_its_history_settings_and_a_warm_cache(
 
 
 async def test_a_session_from_another_model_opens_re_tokenized_with_a_note(make_app, settings):
-    session = SessionFile(name="old", model="other-model", messages=[
-        {"role": "user", "content": "hello", "token_ids": [5, 6, 7]},
-        {"role": "assistant", "content": "hi there", "token_ids": [8, 9]},
-    ])
+    session = SessionFile(
+        name="old",
+        model="other-model",
+        messages=[
+            {"role": "user", "content": "hello", "token_ids": [5, 6, 7]},
+            {"role": "assistant", "content": "hi there", "token_ids": [8, 9]},
+        ],
+    )
     fake = FakeBackend()
     app = make_app(backend=fake, session=session)
     async with app.run_test(size=TERMINAL) as pilot:
@@ -94,20 +98,28 @@ async def test_a_session_from_another_model_opens_re_tokenized_with_a_note(make_
         assert fake.warmed and fake.fmt.decode(fake.warmed[0]).startswith("<|im_start|>user\nhello")
         await say(app, pilot, "again")
         assert app.state.conv.messages[-1].meta["usage"]["cached_tokens"] > 0
-        await wait_until(lambda: load_session(session_path(settings.sessions_dir, "old")).model == "fake-model", pilot=pilot)
+        await wait_until(
+            lambda: load_session(session_path(settings.sessions_dir, "old")).model == "fake-model",
+            pilot=pilot,
+        )
 
 
 async def test_the_session_browser_opens_renames_deletes_and_exports(make_app, settings):
     for name, text in (("alpha", "a"), ("beta", "b")):
-        s = SessionFile(name=name, model="fake-model", messages=[{"role": "user", "content": text},
-                                                                  {"role": "assistant", "content": f"re {text}"}])
+        s = SessionFile(
+            name=name,
+            model="fake-model",
+            messages=[{"role": "user", "content": text}, {"role": "assistant", "content": f"re {text}"}],
+        )
         save_session(s, session_path(settings.sessions_dir, name))
     (settings.sessions_dir / "broken.json").write_text("{not json")
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await pilot.press("ctrl+o")
-        await wait_until(lambda: isinstance(app.screen, SessionsScreen) and len(app.screen.entries) == 3, pilot=pilot)
+        await wait_until(
+            lambda: isinstance(app.screen, SessionsScreen) and len(app.screen.entries) == 3, pilot=pilot
+        )
         screen = app.screen
         table = screen.query_one("DataTable")
         rows = {table.get_row_at(i)[0]: table.get_row_at(i) for i in range(table.row_count)}
@@ -171,10 +183,23 @@ async def test_session_settings_set_sampling_and_a_new_system_prompt_starts_a_br
 
 
 def test_markdown_export_reads_like_the_chat():
-    s = SessionFile(name="demo", model="m", system_prompt="Be kind.", messages=[
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "hello", "meta": {"usage": {"prompt_tokens": 10, "cached_tokens": 4},
-                                                          "ttft_ms": 50.0, "decode_tokens_per_s": 20.0}}])
+    s = SessionFile(
+        name="demo",
+        model="m",
+        system_prompt="Be kind.",
+        messages=[
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": "hello",
+                "meta": {
+                    "usage": {"prompt_tokens": 10, "cached_tokens": 4},
+                    "ttft_ms": 50.0,
+                    "decode_tokens_per_s": 20.0,
+                },
+            },
+        ],
+    )
     md = session_markdown(s)
     assert md.startswith("# demo\n")
     assert "> **System:** Be kind." in md and "## User\n\nhi" in md
@@ -183,7 +208,9 @@ def test_markdown_export_reads_like_the_chat():
 
 def test_run_app_opens_a_named_session_and_names_a_new_one(settings, monkeypatch):
     seen = []
-    monkeypatch.setattr(RadixChatApp, "run", lambda self: seen.append((self._pending, self.state.session_name)))
+    monkeypatch.setattr(
+        RadixChatApp, "run", lambda self: seen.append((self._pending, self.state.session_name))
+    )
     save_session(SessionFile(name="kept", model="fake-model"), session_path(settings.sessions_dir, "kept"))
     assert run_app(settings, session="kept") == 0
     assert run_app(settings, session="fresh") == 0

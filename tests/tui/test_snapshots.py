@@ -18,7 +18,7 @@ from radixchat.chat.modes import ModeError
 from radixchat.chat.session import SessionFile, atomic_write_text, session_path
 from radixchat.tui.app import RadixChatApp
 from radixchat.tui.tui_config import TuiConfig
-from tests.tui.conftest import FakeBackend, Script, ready, say, wait_until
+from tests.tui.conftest import FakeBackend, Script, ready, say, turn_done, wait_until
 
 WIDE, NARROW = (130, 40), (80, 28)
 
@@ -49,8 +49,14 @@ def replies() -> Script:
 def app_for(settings, script: Script | None = None, **kwargs) -> RadixChatApp:
     fake = FakeBackend(script or replies())
     kwargs.setdefault("session", "demo")  # a fixed name: autosave would otherwise put the time in view
-    return RadixChatApp(settings, backend_factory=lambda s, p: fake, panel_interval=None,
-                        tui_config=TuiConfig(), tools=[], **kwargs)
+    return RadixChatApp(
+        settings,
+        backend_factory=lambda s, p: fake,
+        panel_interval=None,
+        tui_config=TuiConfig(),
+        tools=[],
+        **kwargs,
+    )
 
 
 async def two_turns(pilot) -> None:
@@ -58,11 +64,24 @@ async def two_turns(pilot) -> None:
     await ready(app, pilot)
     await say(app, pilot, "Write an add function in Python")
     await say(app, pilot, "Thanks!")
+    done = app.turns_finished
     await pilot.press("ctrl+r")  # a second branch: the cache tree forks after the shared prefix
-    await wait_until(lambda: len(app.state.branches) == 2 and app._reply is None, pilot=pilot)
-    await wait_until(lambda: app.state.conv.messages[-1].role == "assistant", pilot=pilot)
+    await turn_done(app, pilot, done)
     await app.refresh_panels_now()
-    await pilot.pause()
+    await settle(pilot)
+
+
+async def settle(pilot) -> None:
+    """Let layout and the transcript's scroll-to-bottom finish before the screenshot."""
+    t = pilot.app.transcript
+    seen: list[float] = []
+
+    def still() -> bool:  # the scroll offset held for three polls (short content sits below 0: anchored)
+        seen.append(t.scroll_y)
+        return len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]
+
+    await pilot.wait_for_scheduled_animations()
+    await wait_until(still, pilot=pilot)
 
 
 def test_chat_with_live_panels(snap_compare, settings):
@@ -97,7 +116,7 @@ def test_a_stopped_reply_and_an_unavailable_mode(snap_compare, settings, monkeyp
         await say(app, pilot, "Tell me a long story", wait=False)
         await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
         await pilot.press("escape")
-        await wait_until(lambda: app._reply is None, pilot=pilot)
+        await turn_done(app, pilot, 0)
         app.state.mode = "json"
         await app.probe_mode()
         app.update_status()
@@ -122,8 +141,13 @@ def test_session_browser(snap_compare, settings, tui_env, monkeypatch, utc):
     settings = settings.model_copy(update={"sessions_dir": Path("sessions")})
     when = datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
     for i, name in enumerate(("groceries", "rust-questions", "trip-to-lisbon")):
-        s = SessionFile(name=name, model="fake-model", created_at=when, updated_at=when.replace(hour=10 + i),
-                        messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}] * (i + 1))
+        s = SessionFile(
+            name=name,
+            model="fake-model",
+            created_at=when,
+            updated_at=when.replace(hour=10 + i),
+            messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}] * (i + 1),
+        )
         atomic_write_text(session_path(settings.sessions_dir, name), s.model_dump_json(by_alias=True))
 
     async def run_before(pilot) -> None:

@@ -20,7 +20,9 @@ RADIXCHAT = Path(sys.executable).parent / "radixchat"
 pytestmark = [
     pytest.mark.real_model,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
-    pytest.mark.skipif(not RADIXCHAT.exists(), reason="the radixchat command is not installed in this environment"),
+    pytest.mark.skipif(
+        not RADIXCHAT.exists(), reason="the radixchat command is not installed in this environment"
+    ),
 ]
 
 
@@ -55,8 +57,10 @@ def tmux(tmp_path, smol_dir):  # smol_dir: the bundled model is converted before
 def test_the_installed_command_chats_switches_mode_saves_and_quits(tmux, tmp_path):
     exit_file = tmp_path / "exit-code"
     env = f"XDG_CONFIG_HOME={shlex.quote(str(tmp_path / 'config'))} HF_HUB_OFFLINE=1 TERM=xterm-256color"
-    cmd = (f"cd {shlex.quote(str(tmp_path))} && env {env} {shlex.quote(str(RADIXCHAT))} --kv-pool-tokens 4096 "
-           f"--max-tokens 24 --temperature 0 --sessions-dir sessions; echo $? > {shlex.quote(str(exit_file))}")
+    cmd = (
+        f"cd {shlex.quote(str(tmp_path))} && env {env} {shlex.quote(str(RADIXCHAT))} --kv-pool-tokens 4096 "
+        f"--max-tokens 24 --temperature 0 --sessions-dir sessions; echo $? > {shlex.quote(str(exit_file))}"
+    )
     tmux.run("new-session", "-d", "-s", tmux.name, "-x", "130", "-y", "40", cmd)
     tmux.wait_for("ready · SmolLM2")
 
@@ -84,7 +88,10 @@ def test_the_installed_command_chats_switches_mode_saves_and_quits(tmux, tmp_pat
     saved = tmp_path / "sessions" / "smoke.json"
     wait_until_sync(saved.exists, timeout=20)
     data = json.loads(saved.read_text())
-    assert data["model"] == "SmolLM2-135M-Instruct" and [m["role"] for m in data["messages"]][-2:] == ["user", "assistant"]
+    assert data["model"] == "SmolLM2-135M-Instruct" and [m["role"] for m in data["messages"]][-2:] == [
+        "user",
+        "assistant",
+    ]
     assert not [p for p in os.listdir(saved.parent) if p.startswith("chat-")]  # the autosave was renamed
 
     tmux.keys("C-q")

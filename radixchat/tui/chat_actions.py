@@ -1,0 +1,292 @@
+"""The app's chat actions: modes, sending, streaming, stopping, regenerating, editing, branches.
+
+A mixin of ``RadixChatApp`` (as ``SessionActions`` is). A reply streams in a worker on the event loop (the
+model itself runs in the engine's thread); Esc cancels it and the engine keeps what was generated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+
+from radixchat.chat.conversation import Message
+from radixchat.chat.modes import MODES, Mode, ModeError, grammar_for
+from radixchat.errors import RadixchatError
+from radixchat.tui.backend import make_params
+from radixchat.tui.messages import EditRequested, PromptSubmitted, RegenerateRequested, TurnFinished
+from radixchat.tui.screens.branches import BranchesScreen
+from radixchat.tui.screens.schema import SchemaScreen
+from radixchat.tui.screens.tools import ToolsScreen
+from radixchat.tui.state import ensure_prompt
+from radixchat.tui.widgets.assistant_message import AssistantMessage, decorate_footer
+from radixchat.tui.widgets.user_message import UserMessage
+
+if TYPE_CHECKING:
+    from radixchat.tui.app import RadixChatApp
+
+    _Base = RadixChatApp
+else:
+    _Base = object
+
+
+class ChatActions(_Base):
+    # -- modes --------------------------------------------------------------------------------------------
+
+    async def action_set_mode(self, mode: Mode) -> None:
+        if mode not in MODES:
+            return
+        self.state.mode = mode
+        await self.probe_mode()
+        self.update_status()
+        if self.mode_problem:
+            self.notify(self.mode_problem, title=f"{mode} mode", severity="warning")
+
+    async def action_cycle_mode(self) -> None:
+        await self.action_set_mode(self.state.next_mode())
+
+    async def probe_mode(self) -> None:
+        """Ask the grammar layer whether the mode can be used now, to show why not before a send."""
+        self.mode_problem = None
+        if self.backend is not None and self.state.mode != "chat":
+            result = await self._grammar()
+            self.mode_problem = result if isinstance(result, str) else None
+
+    async def _grammar(self) -> Any:
+        """A matcher for the next reply (None: unconstrained) or the ModeError's message."""
+        s = self.state
+        try:
+            return await asyncio.to_thread(grammar_for, self.backend, s.mode, s.schema, s.tools)
+        except ModeError as exc:
+            return str(exc)
+
+    def action_mode_input(self) -> None:
+        if self.state.mode == "json":
+            self.action_edit_schema()
+        else:
+            self.action_show_tools()
+
+    def action_edit_schema(self) -> None:
+        def done(result: tuple[Any] | None) -> None:
+            if result is not None:
+                self.state.schema = result[0]
+                self.notify(
+                    "Replies follow the schema" if result[0] is not None else "Replies are any JSON",
+                    title="JSON mode",
+                )
+                self.run_worker(self.action_set_mode("json"))
+
+        self.push_screen(SchemaScreen(self.state.schema), done)
+
+    def action_show_tools(self) -> None:
+        self.push_screen(
+            ToolsScreen(self.state.tools, self.mode_problem if self.state.mode == "tool" else None)
+        )
+
+    # -- turns --------------------------------------------------------------------------------------------
+
+    async def on_prompt_submitted(self, event: PromptSubmitted) -> None:
+        if await self.send(event.text):
+            self.prompt.accept(event.text)
+
+    async def send(self, text: str) -> bool:
+        """Send ``text`` as a user message (into a new branch when editing). False: nothing was sent."""
+        s = self.state
+        if self.backend is None and self.return_code_on_quit == 0:
+            return await self._queue(text)
+        if not self._can_start():
+            return False
+        grammar = await self._grammar()
+        if isinstance(grammar, str):
+            self.mode_problem = grammar
+            self.update_status()
+            self.notify(
+                f"{grammar} — switch mode with Ctrl+T. Your message is kept.",
+                title=f"{s.mode} mode",
+                severity="error",
+            )
+            return False
+        editing = s.editing
+        conv = s.conv.truncated(editing) if editing is not None else s.conv
+        n = len(conv.messages)
+        try:
+            conv.add_user(text)
+            reply = self.backend.reply(conv, make_params(self.settings, s.sampling), grammar)
+        except RadixchatError as exc:
+            del conv.messages[n:]
+            self.notify(str(exc), title="Not sent", severity="error")
+            return False
+        if editing is not None:
+            s.fork(conv, f"edit of message {editing}")
+            await self._start_reply(reply, rebuild=True)
+        else:
+            await self._start_reply(reply, UserMessage(conv.messages[-1], n))
+        return True
+
+    async def _queue(self, text: str) -> bool:
+        """Enter while the model loads: show the message now, send it once the engine is ready."""
+        if self.queued is not None:
+            self.notify("A message is already waiting for the model.", severity="warning")
+            return False
+        self.queued = text
+        view = UserMessage(Message("user", text), -1, classes="-queued")
+        view.border_subtitle = "sends when the model is ready"
+        await self.transcript.add(view)
+        return True
+
+    async def send_queued(self) -> None:
+        """The engine is ready: send what was queued (back into the prompt if it cannot go)."""
+        text, self.queued = self.queued, None
+        if text is None:
+            return
+        for view in self.transcript.query(".-queued"):
+            await view.remove()
+        if not await self.send(text):
+            self.prompt.load_text(text)
+
+    def _can_start(self) -> bool:
+        if self.backend is None or self.state.conv is None:
+            self.notify(
+                f"The model is not ready yet ({self.load_status}). Your message is kept.", severity="warning"
+            )
+            return False
+        if self._reply is not None:
+            self.notify("A reply is still being generated — Esc stops it.", severity="warning")
+            return False
+        return True
+
+    async def _start_reply(self, reply: Any, *new: UserMessage, rebuild: bool = False) -> None:
+        conv = self.state.conv
+        view = AssistantMessage(Message("assistant", ""), len(conv.messages), self.state.mode, streaming=True)
+        if rebuild:
+            await self.transcript.show(conv.messages)
+        await self.transcript.add(*new, view)
+        self._reply, self._reply_view = reply, view
+        self.state.editing = None
+        self.update_status()
+        self.stream_reply(reply, view, self.state.mode)
+
+    @work(group="reply", exit_on_error=False)
+    async def stream_reply(self, reply: Any, view: AssistantMessage, mode: str) -> None:
+        result, error = None, None
+        try:
+            await view.stream_from(reply)
+            result = await reply.result()
+        except Exception as exc:  # the backend broke mid-stream: keep what came, say why
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._reply = self._reply_view = None
+        if not view.is_attached:  # the app closed under the reply
+            return
+        if result is None:
+            await view.finish(
+                Message("assistant", "".join(view.streamed), finish_reason="error"), f"error: {error}", mode
+            )
+        else:
+            result.message.meta["mode"] = mode
+            await view.finish(
+                result.message, decorate_footer(result.footer(), result.finish_reason, result.error), mode
+            )
+            self.state.record_turn(result.prompt_tokens, result.cached_tokens)
+        self.post_message(TurnFinished(result))
+
+    async def on_turn_finished(self, event: TurnFinished) -> None:
+        if self.backend is None:  # shutting down
+            return
+        self.update_status()
+        result = event.result
+        if result is not None and result.finish_reason == "error":
+            self.notify(result.error or "the reply failed", title="Engine error", severity="error")
+        await self.autosave()
+        self.refresh_panels()
+        self.turns_finished += 1  # last: a turn is over for tests and scripts once this moves
+
+    def action_stop(self) -> None:
+        if self._reply is not None:
+            self._reply.cancel()
+            if self._reply_view is not None:
+                self._reply_view.set_footer("stopping…")
+        elif self.state.editing is not None:
+            self.state.editing = None
+            self.prompt.clear()
+            self.update_status()
+        elif self.focused is not self.prompt:
+            self.prompt.focus()
+
+    async def stop_reply(self) -> None:
+        """Stop any reply and wait until its text is kept (before switching conversations)."""
+        if self._reply is not None:
+            self._reply.cancel()
+            await self.workers.wait_for_complete([w for w in self.workers if w.group == "reply"])
+
+    async def on_regenerate_requested(self, event: RegenerateRequested) -> None:
+        await self.action_regenerate()
+
+    async def action_regenerate(self) -> None:
+        s = self.state
+        if not self._can_start():
+            return
+        conv = s.conv
+        if not any(m.role == "user" for m in conv.messages):
+            self.notify("Nothing to regenerate yet", severity="warning")
+            return
+        grammar = await self._grammar()
+        if isinstance(grammar, str):
+            self.notify(grammar, title=f"{s.mode} mode", severity="error")
+            return
+        forked = conv.messages[-1].role == "assistant"
+        new = conv.truncated(len(conv.messages) - 1) if forked else conv
+        try:
+            ensure_prompt(new)
+            reply = self.backend.reply(new, make_params(self.settings, s.sampling), grammar)
+        except RadixchatError as exc:
+            self.notify(str(exc), title="Not regenerated", severity="error")
+            return
+        if forked:
+            s.fork(new, f"regenerated reply {sum(m.role == 'assistant' for m in conv.messages)}")
+        await self._start_reply(reply, rebuild=True)
+
+    def on_edit_requested(self, event: EditRequested) -> None:
+        self._edit(event.index)
+
+    def action_edit_last(self) -> None:
+        conv = self.state.conv
+        users = [i for i, m in enumerate(conv.messages) if m.role == "user"] if conv else []
+        if users:
+            self._edit(users[-1])
+
+    def _edit(self, index: int) -> None:
+        if self._reply is not None:
+            self.notify("Stop the reply first (Esc)", severity="warning")
+            return
+        self.state.editing = index
+        self.prompt.load_text(self.state.conv.messages[index].content)
+        self.prompt.move_cursor(self.prompt.document.end)
+        self.prompt.focus()
+        self.update_status()
+
+    # -- branches -----------------------------------------------------------------------------------------
+
+    def action_branches(self) -> None:
+        async def done(index: int | None) -> None:
+            if index is not None:
+                await self.switch_branch(index)
+
+        self.push_screen(BranchesScreen(self.state.branches, self.state.active), done)
+
+    async def action_cycle_branch(self, step: int) -> None:
+        if len(self.state.branches) > 1:
+            await self.switch_branch((self.state.active + step) % len(self.state.branches))
+
+    async def switch_branch(self, index: int) -> None:
+        await self.stop_reply()
+        self.state.switch(index)
+        await self.transcript.show(self.state.conv.messages)
+        self.update_status()
+        self.refresh_panels()
+
+    def action_copy_last(self) -> None:
+        view = self.transcript.last_assistant()
+        if view is not None:
+            view.action_copy()

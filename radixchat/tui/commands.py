@@ -1,0 +1,47 @@
+"""The command palette's chat commands (Ctrl+P). Textual's own (themes, keys, quit) stay alongside."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+# (title, help, action run on the app)
+COMMANDS: list[tuple[str, str, str]] = [
+    ("Mode: chat", "Free text replies", "set_mode('chat')"),
+    ("Mode: json", "Replies constrained to JSON (optionally a schema)", "set_mode('json')"),
+    ("Mode: tool", "The model may call the listed tools", "set_mode('tool')"),
+    ("Cycle mode", "chat → json → tool", "cycle_mode"),
+    ("JSON schema…", "Paste or load the schema for JSON mode", "edit_schema"),
+    ("Tools…", "The tools available in tool mode", "show_tools"),
+    ("New chat", "Start a new conversation", "new_chat"),
+    ("Regenerate reply", "Generate the last reply again (the old one is kept as a branch)", "regenerate"),
+    ("Edit last prompt", "Edit your last message into a new branch", "edit_last"),
+    ("Branches…", "Switch between the branches of this conversation", "branches"),
+    ("Next branch", "Switch to the next branch", "cycle_branch(1)"),
+    ("Previous branch", "Switch to the previous branch", "cycle_branch(-1)"),
+    ("Stop reply", "Stop the reply being generated (keeps its text)", "stop"),
+    ("Copy last reply", "Copy the last assistant message", "copy_last"),
+    ("Save session", "Save the chat (asks for a name the first time)", "save"),
+    ("Save session as…", "Save the chat under another name", "save_as"),
+    ("Open session…", "Browse, open, rename, delete and export sessions", "sessions"),
+    ("Export to Markdown", "Write the chat as a Markdown file next to the session", "export_markdown"),
+    ("Session settings…", "System prompt and sampling parameters", "settings"),
+    ("Toggle panels", "Show or hide the cache tree, hit rate, memory and speed panels", "toggle_panels"),
+    ("Help", "All key bindings", "help"),
+]
+
+
+class ChatCommands(Provider):
+    async def discover(self) -> Hits:
+        for title, help_text, action in COMMANDS:
+            yield DiscoveryHit(title, partial(self.app.run_action, action), help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, action in COMMANDS:
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(
+                    score, matcher.highlight(title), partial(self.app.run_action, action), help=help_text
+                )

@@ -1,0 +1,55 @@
+"""The app's own Textual messages: what widgets and workers tell the app."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.message import Message
+
+
+class EngineProgress(Message):
+    """A line of loading progress from the backend factory (posted from the loading thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class EngineReady(Message):
+    def __init__(self, backend: Any) -> None:
+        super().__init__()
+        self.backend = backend
+
+
+class EngineFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class PromptSubmitted(Message):
+    """The prompt's Enter: the app decides whether the text is sent (and then clears the prompt)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class EditRequested(Message):
+    """Edit the user message at ``index`` of the active conversation (a new branch on send)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+
+class RegenerateRequested(Message):
+    pass
+
+
+class TurnFinished(Message):
+    """A reply ended (stopped, failed or complete); ``result`` is a TurnResult or None on failure."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result

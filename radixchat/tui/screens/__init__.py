@@ -1,0 +1,1 @@
+"""The chat app's screens and dialogs, each with its own .tcss."""

@@ -1,0 +1,159 @@
+"""The session browser: open, rename, delete, export saved sessions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Static
+
+from radixchat.chat.session import load_session
+from radixchat.errors import SessionError
+from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
+from radixchat.tui.session_store import (
+    SessionEntry,
+    delete_session,
+    export_markdown,
+    list_sessions,
+    markdown_path,
+    rename_session,
+)
+
+
+class SessionsScreen(ModalScreen[Path | None]):
+    """Dismisses with the path of the session to open, or None."""
+
+    CSS_PATH = "sessions.tcss"
+    BINDINGS = [
+        Binding("enter", "open", "Open", id="sessions.open", priority=True),
+        Binding("r", "rename", "Rename", id="sessions.rename"),
+        Binding("d,delete", "delete", "Delete", id="sessions.delete"),
+        Binding("x", "export", "Export .md", id="sessions.export"),
+        Binding("escape", "close", "Close", id="sessions.close"),
+    ]
+
+    def __init__(
+        self,
+        sessions_dir: Path,
+        current: str | None = None,
+        on_renamed: Callable[[str, str], None] | None = None,
+        on_deleted: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.sessions_dir = Path(sessions_dir)
+        self.current = current
+        self.on_renamed = on_renamed
+        self.on_deleted = on_deleted
+        self.entries: list[SessionEntry] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="sessions"):
+            yield Static(f"Saved sessions  ·  {self.sessions_dir}/", id="sessions-title", markup=False)
+            yield DataTable(cursor_type="row", zebra_stripes=True, id="sessions-table")
+            yield Static("", id="sessions-detail", markup=False)
+            yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("name", "model", "turns", "last modified")
+        self.reload()
+
+    @work(exclusive=True, group="sessions-list")
+    async def reload(self, select: str | None = None) -> None:
+        self.entries = await asyncio.to_thread(list_sessions, self.sessions_dir)
+        table = self.query_one(DataTable)
+        table.clear()
+        for e in self.entries:
+            name = f"{e.name} ●" if e.name == self.current else e.name
+            when = e.modified.astimezone().strftime("%Y-%m-%d %H:%M") if e.modified else ""
+            model = "⚠ unreadable" if e.error else e.model
+            table.add_row(name, model, str(e.turns) if not e.error else "", when, key=str(e.path))
+        names = [e.name for e in self.entries]
+        if select in names:
+            table.move_cursor(row=names.index(select))
+        self._show_detail()
+        if not self.entries:
+            self.query_one("#sessions-detail", Static).update(
+                "No saved sessions yet (Ctrl+S saves the chat)."
+            )
+        table.focus()
+
+    def selected(self) -> SessionEntry | None:
+        table = self.query_one(DataTable)
+        if not self.entries or table.cursor_row is None or table.cursor_row >= len(self.entries):
+            return None
+        return self.entries[table.cursor_row]
+
+    def on_data_table_row_highlighted(self) -> None:
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        e = self.selected()
+        self.query_one("#sessions-detail", Static).update(e.error or str(e.path) if e else "")
+
+    def on_data_table_row_selected(self) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        e = self.selected()
+        if e is None:
+            return
+        if e.error:
+            self.notify(e.error, severity="error", title="Cannot open")
+            return
+        self.dismiss(e.path)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    @work(group="sessions-edit")
+    async def action_rename(self) -> None:
+        e = self.selected()
+        if e is None or e.error:
+            return
+        new = await self.app.push_screen_wait(NameDialog(f"Rename '{e.name}' to", e.name))
+        if not new or new == e.name:
+            return
+        try:
+            await asyncio.to_thread(rename_session, self.sessions_dir, e, new)
+        except (SessionError, OSError) as exc:
+            self.notify(str(exc), severity="error", title="Rename failed")
+            return
+        if self.on_renamed is not None:
+            self.on_renamed(e.name, new)
+        if self.current == e.name:
+            self.current = new
+        self.reload(select=new)
+
+    @work(group="sessions-edit")
+    async def action_delete(self) -> None:
+        e = self.selected()
+        if e is None:
+            return
+        if not await self.app.push_screen_wait(
+            ConfirmDialog(f"Delete session '{e.name}'? This cannot be undone.", "Delete")
+        ):
+            return
+        delete_session(e)
+        if self.on_deleted is not None:
+            self.on_deleted(e.name)
+        self.reload()
+
+    @work(group="sessions-edit")
+    async def action_export(self) -> None:
+        e = self.selected()
+        if e is None or e.error:
+            return
+        try:
+            session = await asyncio.to_thread(load_session, e.path)
+            path = await asyncio.to_thread(export_markdown, session, markdown_path(self.sessions_dir, e.name))
+        except (SessionError, OSError) as exc:
+            self.notify(str(exc), severity="error", title="Export failed")
+            return
+        self.notify(f"Exported to {path}", title="Markdown")

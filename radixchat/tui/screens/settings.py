@@ -1,0 +1,103 @@
+"""Per-session settings: the system prompt and sampling parameters (blank = the app's default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static, TextArea
+
+from radixchat.chat.session import SamplingSettings
+
+# name -> (label, type, lower bound, upper bound, lower bound exclusive)
+FIELDS: dict[str, tuple[str, type, float | None, float | None, bool]] = {
+    "temperature": ("temperature", float, 0.0, 5.0, False),
+    "top_p": ("top p", float, 0.0, 1.0, True),
+    "top_k": ("top k", int, 0, None, False),
+    "repetition_penalty": ("repetition penalty", float, 0.0, 5.0, True),
+    "max_tokens": ("max tokens", int, 1, None, False),
+    "seed": ("seed", int, None, None, False),
+}
+
+
+def parse_field(name: str, raw: str) -> Any:
+    """The value of one field (None when blank); raises ValueError with a message naming the field."""
+    label, kind, lo, hi, lo_open = FIELDS[name]
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(f"{label}: '{raw}' is not {'an integer' if kind is int else 'a number'}") from None
+    if lo is not None and (value <= lo if lo_open else value < lo):
+        raise ValueError(f"{label} must be {'>' if lo_open else '≥'} {lo}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{label} must be ≤ {hi}")
+    return value
+
+
+class SettingsScreen(ModalScreen[tuple[str | None, SamplingSettings] | None]):
+    CSS_PATH = "settings.tcss"
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="settings.cancel"),
+        Binding("ctrl+s", "save", "Apply", id="settings.apply", priority=True),
+    ]
+
+    def __init__(
+        self, system_prompt: str | None, sampling: SamplingSettings, defaults: dict[str, Any]
+    ) -> None:
+        super().__init__()
+        self.system_prompt = system_prompt
+        self.sampling = sampling
+        self.defaults = defaults
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="settings"):
+            yield Static("Session settings", id="settings-title")
+            with VerticalScroll():
+                yield Label("System prompt (changing it on a started chat starts a new branch)")
+                yield TextArea(self.system_prompt or "", id="system-prompt", soft_wrap=True)
+                with Grid(id="sampling"):
+                    for name, (label, *_rest) in FIELDS.items():
+                        yield Label(label)
+                        value = getattr(self.sampling, name)
+                        yield Input(
+                            "" if value is None else str(value),
+                            placeholder=f"default {self.defaults.get(name)}",
+                            id=f"f-{name}",
+                        )
+            yield Static("", id="settings-error", markup=False)
+            yield Static(
+                "Blank fields use the defaults from the config file · Ctrl+S applies · Esc cancels",
+                id="settings-hint",
+            )
+            with Horizontal(classes="buttons"):
+                yield Button("Apply", variant="primary", id="apply")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#system-prompt", TextArea).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply":
+            self.action_save()
+        else:
+            self.dismiss(None)
+
+    def action_save(self) -> None:
+        values = {}
+        try:
+            for name in FIELDS:
+                values[name] = parse_field(name, self.query_one(f"#f-{name}", Input).value)
+        except ValueError as exc:
+            self.query_one("#settings-error", Static).update(str(exc))
+            return
+        system = self.query_one("#system-prompt", TextArea).text.strip() or None
+        self.dismiss((system, SamplingSettings(**values)))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

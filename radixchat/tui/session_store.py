@@ -1,0 +1,87 @@
+"""The session browser's file operations: list, rename, delete, export to Markdown.
+
+Reading and writing go through ``radixchat.chat.session`` (validation, atomic writes). A file that does not
+load is listed with its error and never rewritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from radixchat.chat.session import SessionFile, atomic_write_text, load_session, save_session, session_path
+from radixchat.errors import SessionError
+from radixchat.tui.widgets.assistant_message import footer_from_meta
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEntry:
+    name: str
+    path: Path
+    model: str = ""
+    turns: int = 0
+    modified: datetime | None = None
+    error: str | None = None
+
+
+def list_sessions(sessions_dir: Path) -> list[SessionEntry]:
+    """Every ``*.json`` in ``sessions_dir``, newest first; unreadable ones carry their error."""
+    entries = []
+    for path in Path(sessions_dir).glob("*.json"):
+        try:
+            s = load_session(path)
+        except SessionError as exc:
+            mtime = datetime.fromtimestamp(path.stat().st_mtime).astimezone()
+            entries.append(SessionEntry(path.stem, path, modified=mtime, error=str(exc)))
+            continue
+        entries.append(SessionEntry(s.name, path, s.model, s.turns, s.updated_at))
+    return sorted(entries, key=lambda e: e.modified.timestamp() if e.modified else 0.0, reverse=True)
+
+
+def rename_session(sessions_dir: Path, entry: SessionEntry, new_name: str) -> Path:
+    """Save under the new name, then remove the old file. Refuses to overwrite another session."""
+    target = session_path(sessions_dir, new_name)
+    if target.exists() and target.resolve() != entry.path.resolve():
+        raise SessionError(f"a session named '{target.stem}' already exists")
+    session = load_session(entry.path)
+    session.name = new_name
+    save_session(session, target)
+    if target.resolve() != entry.path.resolve():
+        entry.path.unlink(missing_ok=True)
+    return target
+
+
+def delete_session(entry: SessionEntry) -> None:
+    entry.path.unlink(missing_ok=True)
+
+
+def session_markdown(session: SessionFile) -> str:
+    lines = [
+        f"# {session.name}",
+        "",
+        f"*{session.model} · {session.mode} mode · {session.turns} turns · "
+        f"saved {session.updated_at:%Y-%m-%d %H:%M}*",
+        "",
+    ]
+    if session.system_prompt:
+        lines += ["> **System:** " + session.system_prompt.replace("\n", "\n> "), ""]
+    for m in session.messages:
+        if m.role == "system":
+            continue
+        title = {"user": "User", "assistant": "Assistant", "tool": f"Tool {m.name or ''}".strip()}[m.role]
+        lines += [f"## {title}", "", m.content, ""]
+        if m.role == "assistant":
+            footer = footer_from_meta(m.meta, m.finish_reason)
+            if footer:
+                lines += [f"<sub>{footer}</sub>", ""]
+    return "\n".join(lines)
+
+
+def export_markdown(session: SessionFile, path: Path) -> Path:
+    atomic_write_text(path, session_markdown(session))
+    return path
+
+
+def markdown_path(sessions_dir: Path, name: str) -> Path:
+    return session_path(sessions_dir, name).with_suffix(".md")

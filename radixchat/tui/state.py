@@ -1,0 +1,154 @@
+"""What the chat app knows about the current session, with no Textual in it.
+
+``ChatState`` holds the branches of the conversation (each a ``Conversation`` sharing a cached prefix
+with the others), the mode and its inputs (JSON Schema, tools), the per-session system prompt and sampling
+settings, and the session's name. It converts to and from ``SessionFile``; only the active branch is
+saved (the file format has no branches yet), the others live in memory.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from radixchat.chat.conversation import Conversation, Message
+from radixchat.chat.modes import MODES, Mode
+from radixchat.chat.session import SamplingSettings, SessionFile, session_from_conversation
+
+if TYPE_CHECKING:
+    from radixchat.chat.conversation import ChatFormat
+
+HIT_HISTORY = 30  # turns kept for the hit-rate sparkline
+
+
+@dataclass(slots=True)
+class Branch:
+    conv: Conversation
+    label: str  # how it came to be: "main", "edit of message 3", "regenerated reply 2"
+
+
+def auto_session_name(when: datetime | None = None) -> str:
+    return (when or datetime.now()).strftime("chat-%Y%m%d-%H%M%S")
+
+
+def display_messages(session: SessionFile) -> list[Message]:
+    """The session's messages as chat ``Message`` objects (content only: no ids), for showing early."""
+    msgs = [
+        Message(m.role, m.content, [], "", m.finish_reason, m.tool_calls, m.name, dict(m.meta))
+        for m in session.messages
+    ]
+    if session.system_prompt is not None and not (msgs and msgs[0].role == "system"):
+        msgs.insert(0, Message("system", session.system_prompt))
+    return msgs
+
+
+def rerendered(conv: Conversation, fmt: ChatFormat, system: str | None) -> Conversation:
+    """A copy of ``conv`` under another system prompt; ids are dropped, the next turn renders it whole."""
+    rest = [m for m in conv.messages if m.role != "system"]
+    msgs = [Message("system", system)] if system else []
+    for m in rest:
+        msgs.append(
+            Message(
+                m.role, m.content, [], "", m.finish_reason, copy.deepcopy(m.tool_calls), m.name, dict(m.meta)
+            )
+        )
+    return Conversation(fmt, tools=conv.tools, messages=msgs)
+
+
+def ensure_prompt(conv: Conversation) -> None:
+    """Give a conversation that ends with a user message but lacks its ids (a session from another model,
+    a changed system prompt) a full rendering, so ``prompt_ids()`` is the whole conversation."""
+    last = conv.messages[-1] if conv.messages else None
+    if (
+        last is not None
+        and last.role == "user"
+        and (not last.token_ids or any(not m.token_ids for m in conv.messages if m.role != "system"))
+    ):
+        conv.messages.pop()
+        conv.add_user(last.content)
+
+
+@dataclass
+class ChatState:
+    model: str = ""
+    mode: Mode = "chat"
+    schema: dict[str, Any] | bool | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    system_prompt: str | None = None
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    session_name: str | None = None
+    auto_named: bool = False  # the name was made up by autosave, not chosen
+    base: SessionFile | None = None  # the session as loaded (keeps created_at, notes)
+    branches: list[Branch] = field(default_factory=list)
+    active: int = 0
+    hit_history: deque[float] = field(default_factory=lambda: deque(maxlen=HIT_HISTORY))
+    editing: int | None = None  # index of the user message being edited (a new branch on send)
+
+    # -- conversation and branches --------------------------------------------------------------------
+
+    @property
+    def conv(self) -> Conversation | None:
+        return self.branches[self.active].conv if self.branches else None
+
+    def reset(self, conv: Conversation | None) -> None:
+        self.branches = [Branch(conv, "main")] if conv is not None else []
+        self.active = 0
+        self.editing = None
+
+    def fork(self, conv: Conversation, label: str) -> None:
+        """Add ``conv`` as a new branch and make it active; the old branch is kept."""
+        self.branches.append(Branch(conv, label))
+        self.active = len(self.branches) - 1
+
+    def switch(self, index: int) -> None:
+        if not 0 <= index < len(self.branches):
+            raise IndexError(index)
+        self.active = index
+        self.editing = None
+
+    # -- modes ------------------------------------------------------------------------------------------
+
+    def next_mode(self) -> Mode:
+        return MODES[(MODES.index(self.mode) + 1) % len(MODES)]
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.get("function", t).get("name", "?") for t in self.tools]
+
+    # -- turns ------------------------------------------------------------------------------------------
+
+    def record_turn(self, prompt_tokens: int, cached_tokens: int) -> None:
+        if prompt_tokens:
+            self.hit_history.append(cached_tokens / prompt_tokens)
+
+    # -- sessions ---------------------------------------------------------------------------------------
+
+    def to_session(self, name: str) -> SessionFile:
+        conv = self.conv
+        if conv is None:
+            raise ValueError("no conversation to save")
+        return session_from_conversation(
+            conv,
+            name=name,
+            model=self.model,
+            mode=self.mode,
+            base=self.base,
+            json_schema=self.schema,
+            tools=self.tool_names if self.mode == "tool" else (self.base.tools if self.base else []),
+            sampling=self.sampling.model_copy(),
+        )
+
+    def adopt(self, session: SessionFile) -> None:
+        """Take the session's settings (not its conversation: that needs the backend's format)."""
+        self.base = session
+        self.session_name = session.name
+        self.auto_named = False
+        self.mode = session.mode
+        self.schema = session.json_schema
+        self.system_prompt = session.system_prompt
+        self.sampling = session.sampling.model_copy()
+        self.hit_history.clear()
+        self.editing = None

@@ -1,0 +1,43 @@
+"""The base of every message in the transcript: focusable, copyable, walkable with Up/Down."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.containers import Vertical
+
+from radixchat.chat.conversation import Message
+
+
+class MessageView(Vertical, can_focus=True):
+    """One message of the active conversation; ``index`` is its place in ``conversation.messages``."""
+
+    BINDINGS = [
+        Binding("c", "copy", "Copy", id="message.copy"),
+        Binding("up", "neighbour(-1)", "Previous message", id="message.previous", show=False),
+        Binding("down", "neighbour(1)", "Next message", id="message.next", show=False),
+        Binding("i", "back_to_prompt", "Back to prompt", id="message.back", show=False),
+    ]
+
+    def __init__(self, message: Message, index: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.message = message
+        self.index = index
+
+    def copy_text(self) -> str:
+        return self.message.content
+
+    def action_copy(self) -> None:
+        self.app.copy_to_clipboard(self.copy_text())
+        self.notify("Copied the message to the clipboard", timeout=2)
+
+    def action_neighbour(self, step: int) -> None:
+        views = [w for w in self.parent.children if isinstance(w, MessageView)] if self.parent else []
+        i = views.index(self) + step
+        if 0 <= i < len(views):
+            views[i].focus()
+            views[i].scroll_visible()
+        elif step > 0:
+            self.action_back_to_prompt()
+
+    def action_back_to_prompt(self) -> None:
+        self.app.action_focus_prompt()  # type: ignore[attr-defined]
