@@ -34,7 +34,7 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
         origin = typing.get_origin(annotation)
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         default = field.get_default(call_default_factory=True)
-        if origin is list:  # structured settings (user tools) live in the config file only
+        if origin in (list, dict):  # structured settings (user tools, keymap) live in the config file only
             continue
         help_text = field.description if default is None else f"{field.description} (default: {default})"
         if annotation is bool:

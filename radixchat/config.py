@@ -130,6 +130,13 @@ class Settings(BaseSettings):
     )
     max_tool_rounds: int = Field(4, ge=1, le=32, description="most tool-call rounds in one turn")
 
+    # -- the chat app -----------------------------------------------------------------------------------
+    theme: str | None = Field(None, description="Textual theme of the chat app (e.g. nord, gruvbox)")
+    keymap: dict[str, str] = Field(
+        default_factory=dict,
+        description="key bindings by binding id ([keymap] table in the config file; see docs/tui.md)",
+    )
+
     # -- files --------------------------------------------------------------------------------------
     sessions_dir: Path = Field(Path("sessions"), description="where sessions are saved")
 

@@ -20,11 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
 from radixchat.errors import SessionError
 
-SESSION_VERSION = 1
+SESSION_VERSION = 2
 Mode = Literal["chat", "json", "tool"]
 
+
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added the inactive branches of a conversation."""
+    return {**raw, "version": 2, "branches": []}
+
+
 # version -> function upgrading a raw dict of that version to the next one
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 def now() -> datetime:
@@ -54,10 +60,19 @@ class SamplingSettings(BaseModel):
     seed: int | None = None
 
 
+class SessionBranch(BaseModel):
+    """An inactive branch: the whole message list it had (branches share their common prefix)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str
+    messages: list[SessionMessage] = Field(default_factory=list)
+
+
 class SessionFile(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    version: Literal[1] = SESSION_VERSION
+    version: Literal[2] = SESSION_VERSION
     name: str
     model: str
     mode: Mode = "chat"
@@ -65,7 +80,8 @@ class SessionFile(BaseModel):
     json_schema: dict[str, Any] | bool | None = Field(default=None, alias="schema")
     tools: list[str] = Field(default_factory=list)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
-    messages: list[SessionMessage] = Field(default_factory=list)
+    messages: list[SessionMessage] = Field(default_factory=list)  # the active branch
+    branches: list[SessionBranch] = Field(default_factory=list)  # the others (edit / regenerate)
     notes: str = ""  # scratch text for the session-notes tools
     created_at: datetime = Field(default_factory=now)
     updated_at: datetime = Field(default_factory=now)
@@ -168,10 +184,8 @@ def conversation_from_session(session: SessionFile, fmt: ChatFormat, model: str,
     return Conversation(fmt, tools=tools, messages=messages)
 
 
-def session_from_conversation(
-    conv: Conversation, *, name: str, model: str, mode: Mode = "chat", base: SessionFile | None = None, **fields: Any
-) -> SessionFile:
-    msgs = [
+def session_messages(conv: Conversation) -> list[SessionMessage]:
+    return [
         SessionMessage(
             role=m.role,
             content=m.content,
@@ -183,6 +197,12 @@ def session_from_conversation(
         )
         for m in conv.messages
     ]
+
+
+def session_from_conversation(
+    conv: Conversation, *, name: str, model: str, mode: Mode = "chat", base: SessionFile | None = None, **fields: Any
+) -> SessionFile:
+    msgs = session_messages(conv)
     data: dict[str, Any] = base.model_dump(by_alias=False) if base is not None else {}
     data.update(name=name, model=model, mode=mode, system_prompt=conv.system, messages=msgs, **fields)
     return SessionFile.model_validate(data)

@@ -58,7 +58,7 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path, conv):
     save_session(session_from_conversation(conv, name="s", model=MODEL), path)
     save_session(session_from_conversation(conv, name="s", model=MODEL), path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
-    assert json.loads(path.read_text())["version"] == 1
+    assert json.loads(path.read_text())["version"] == 2
 
 
 def test_failed_write_keeps_the_old_file(tmp_path, conv, monkeypatch):
@@ -83,7 +83,7 @@ def test_failed_write_keeps_the_old_file(tmp_path, conv, monkeypatch):
         ("[1, 2]", "not a JSON object"),
         ('{"name": "x"}', "no version"),
         ('{"version": 99, "name": "x", "model": "m"}', "version 99"),
-        ('{"version": 1, "name": "x", "model": "m", "messages": [{"role": "robot", "content": ""}]}', "messages.0.role"),
+        ('{"version": 2, "name": "x", "model": "m", "messages": [{"role": "robot", "content": ""}]}', "messages.0.role"),
     ],
 )
 def test_bad_files_give_one_line_errors_and_stay_untouched(tmp_path, content, message):
@@ -93,6 +93,24 @@ def test_bad_files_give_one_line_errors_and_stay_untouched(tmp_path, content, me
         load_session(path)
     assert "\n" not in str(info.value)
     assert path.read_text() == content
+
+
+def test_version_1_files_are_migrated_on_load_and_left_untouched(tmp_path):
+    path = tmp_path / "old.json"
+    old = {"version": 1, "name": "old", "model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    path.write_text(json.dumps(old))
+    loaded = load_session(path)
+    assert loaded.version == 2 and loaded.branches == [] and loaded.messages[0].content == "hi"
+    assert json.loads(path.read_text()) == old
+
+
+def test_branches_round_trip(tmp_path, conv):
+    from radixchat.chat.session import SessionBranch, session_messages
+
+    s = session_from_conversation(conv, name="b", model=MODEL)
+    s.branches = [SessionBranch(label="first try", messages=session_messages(conv.truncated(2)))]
+    again = load_session(save_session(s, tmp_path / "b.json"))
+    assert again.branches[0].label == "first try" and len(again.branches[0].messages) == 2
 
 
 def test_wrong_model_is_refused_when_asked(tmp_path, conv):
