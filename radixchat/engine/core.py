@@ -181,7 +181,8 @@ class EngineCore:
                 req.matcher.advance(token)
             except Exception as exc:  # a grammar bug must fail this request, not the engine
                 reason, error = FinishReason.ERROR, f"grammar rejected token {token}: {exc}"
-        text, stop_hit = req.detok.push(token)
+        # The EOS that ends the request is not text; anything else, special tokens included, is.
+        text, stop_hit = ("", False) if is_eos else req.detok.push(token)
         events.append((req, TokenEvent(token, text)))
         if reason is not None:
             pass

@@ -3,6 +3,11 @@
 Text is produced with ``tokenizers``' ``DecodeStream``, which holds back bytes until they form complete
 UTF-8 characters, so a replacement character is never emitted for a token that a later one completes.
 On top of that we hold back any tail of the text that could still grow into a stop string.
+
+Special tokens are decoded as text (``<|endoftext|>`` in the middle of a reply is what the model said),
+except the end-of-sequence token that finishes a request, which the engine never feeds in. That keeps a
+reply's text equal to the decoding of its ids, which is what lets the chat layer append the next turn
+as a pure delta.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ class Detokenizer:
     def __init__(self, tokenizer: Any | None, stop: tuple[str, ...] = ()) -> None:
         # ``tokenizer`` is a ``tokenizers.Tokenizer`` (a transformers tokenizer's ``backend_tokenizer``).
         self._tokenizer = tokenizer
-        self._stream = DecodeStream(skip_special_tokens=True) if tokenizer is not None else None
+        self._stream = DecodeStream(skip_special_tokens=False) if tokenizer is not None else None
         self._stop = stop
         self.text = ""  # all text so far (cut at a stop string once one is found)
         self._emitted = 0

@@ -100,3 +100,12 @@ async def test_each_turn_reuses_the_previous_turn(smol):
         stats = engine.stats()
         assert stats.hit_rate > 0.5
     engine.core.check_integrity()
+
+
+def test_a_special_token_inside_a_reply_keeps_the_delta(smol_tokenizer):
+    conv = Conversation(ChatFormat(smol_tokenizer))
+    first = conv.add_user("Hi")
+    reply = smol_tokenizer.encode("Hello", add_special_tokens=False) + [0] + smol_tokenizer.encode(" there", add_special_tokens=False) + [2]
+    conv.add_assistant("Hello<|endoftext|> there", reply)  # the text the engine streams for those ids
+    second = conv.add_user("Go on")
+    assert second[: len(first) + len(reply)] == first + reply and conv.full_renders == 0

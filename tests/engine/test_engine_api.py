@@ -50,7 +50,8 @@ async def test_streamed_text_equals_full_decode(smol_engine, smol_tokenizer):
     comp = await smol_engine.generate(
         chat_ids(smol_tokenizer, "Write two sentences about Zürich, with an emoji."), SamplingParams(max_tokens=48)
     )
-    assert comp.text == smol_tokenizer.decode(comp.token_ids, skip_special_tokens=True)
+    ids = comp.token_ids[:-1] if comp.token_ids[-1] in smol_engine.eos_ids else comp.token_ids
+    assert comp.text == smol_tokenizer.decode(ids, skip_special_tokens=False)
     assert "\ufffd" not in comp.text
 
 
@@ -62,6 +63,12 @@ def test_detokenizer_never_emits_a_replacement_for_split_characters(smol_tokeniz
     assert all("\ufffd" not in p for p in pieces)
     assert "".join(pieces) + detok.flush() == text
     assert "" in pieces  # some tokens end mid-character and produce nothing yet
+
+
+async def test_special_tokens_mid_reply_are_text_but_the_final_eos_is_not(tiny_engine, smol_tokenizer):
+    # Token 0 (<|endoftext|>) is special but not an EOS of this tiny model; it must show as text.
+    comp = await tiny_engine.generate([5, 6, 7], SamplingParams(max_tokens=3), FixedSequence([0, 28], 512, eos=0))
+    assert comp.token_ids[:2] == [0, 28] and comp.text.startswith("<|endoftext|>")
 
 
 def test_detokenizer_holds_back_a_possible_stop_string(smol_tokenizer):
