@@ -438,16 +438,13 @@ async def _open_backend(settings: Settings) -> ChatBackend:
         return await connect(settings)
     loop = asyncio.get_running_loop()
     engine = await loop.run_in_executor(None, Engine.from_settings, settings)
-    backend = LocalBackend(engine)
+    backend = LocalBackend(engine, cache_dir=settings.cache_dir)
     await engine.start()
     return backend
 
 
 async def _close_backend(backend: Any) -> None:
-    if isinstance(backend, LocalBackend):
-        await backend.engine.stop()
-    else:
-        await backend.aclose()
+    await backend.aclose()
 
 
 def _summary(backend: Any, started: float) -> str:

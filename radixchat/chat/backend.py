@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
@@ -72,6 +73,7 @@ class ChatBackend(Protocol):
     def reply(self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None) -> Reply: ...
     def stats(self) -> EngineStats | None: ...
     def cached_path(self, ids: Sequence[int]) -> list[int]: ...
+    async def aclose(self) -> None: ...
 
 
 class LocalReply:
@@ -137,12 +139,12 @@ class LocalReply:
 class LocalBackend:
     """Chat over the in-process engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, cache_dir: Path | None = None) -> None:
         self.engine = engine
         self.model_name = engine.model_name
         self.fmt = ChatFormat(engine.tokenizer)
         loaded = engine.loaded
-        self.grammars = GrammarService(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids)
+        self.grammars = GrammarService(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids, cache_dir)
 
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
         return Conversation(self.fmt, system=system, tools=tools)
@@ -167,6 +169,11 @@ class LocalBackend:
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
+
+    async def aclose(self) -> None:
+        """Stop the engine and keep what the grammars learned for the next run."""
+        await self.engine.stop()
+        await asyncio.to_thread(self.grammars.save)
 
     def cached_path(self, ids: Sequence[int]) -> list[int]:
         """Tree node ids along ``ids`` (to highlight the current conversation in the cache panel)."""

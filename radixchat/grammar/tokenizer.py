@@ -163,6 +163,11 @@ class TokenizerInfo:
     def cached_lexer_states(self) -> int:
         return len(self._runs)
 
+    @property
+    def cached_states(self) -> int:
+        """How many lexer states the context-independent cache holds."""
+        return len(self._runs)
+
     def save_cache(self, path: str | Path) -> int:
         """Write the context-independent cache (one ``LexRun`` per lexer state seen) to ``path`` (npz).
 
