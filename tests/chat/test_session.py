@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,10 @@ def test_corrupted_files_never_crash_the_loader_nor_change(tmp_path, session, ed
     except SessionError as exc:
         assert "\n" not in str(exc)
     assert path.read_bytes() == bytes(data)
+
+
+def test_the_example_sessions_in_the_repository_load():
+    examples = sorted(Path(__file__).resolve().parents[2].joinpath("sessions").glob("example*.json"))
+    assert examples
+    for path in examples:
+        assert load_session(path).messages
