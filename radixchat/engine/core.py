@@ -28,7 +28,7 @@ from radixchat.engine.request import (
     TokenMatcher,
     validate_prompt,
 )
-from radixchat.engine.sampler import Sampler
+from radixchat.engine.sampler import FAILED, Sampler
 from radixchat.engine.scheduler import Scheduler
 from radixchat.errors import PromptTooLongError, RequestError
 
@@ -168,6 +168,10 @@ class EngineCore:
     # -- token bookkeeping ----------------------------------------------------------------------------
 
     def _append(self, req: Request, token: int, now: float, events: list[tuple[Request, Event]]) -> None:
+        if token == FAILED:
+            self.scheduler.finish(req, FinishReason.ERROR, req.error)
+            events.append((req, self._finish_event(req)))
+            return
         req.output_ids.append(token)
         if req.first_token_at is None:
             req.first_token_at = now

@@ -6,6 +6,8 @@ import torch
 
 from radixchat.engine.request import Request
 
+FAILED = -1  # the token "sampled" for a request whose sampling raised (its error is set)
+
 
 def apply_repetition_penalty(row: torch.Tensor, ids: list[int], penalty: float) -> None:
     """HF's rule on every prompt and output token: divide positive logits, multiply negative ones."""
@@ -34,7 +36,8 @@ class Sampler:
 
     @torch.inference_mode()
     def sample(self, logits: torch.Tensor, reqs: list[Request]) -> list[int]:
-        """One token per request. ``logits`` is float32 ``[len(reqs), vocab]`` and may be modified."""
+        """One token per request (``FAILED`` where sampling raised). ``logits`` is float32
+        ``[len(reqs), vocab]`` and may be modified."""
         if logits.shape[1] > self.vocab_size:  # padded lm_head
             logits = logits[:, : self.vocab_size]
         simple = [i for i, r in enumerate(reqs) if self._is_plain_greedy(r)]
@@ -48,7 +51,11 @@ class Sampler:
         for i, req in enumerate(reqs):
             if self._is_plain_greedy(req):
                 continue
-            tokens[i] = self._sample_row(logits[i], req)
+            try:
+                tokens[i] = self._sample_row(logits[i], req)
+            except Exception as exc:  # a failing grammar fails its own request only
+                req.error = f"sampling failed: {type(exc).__name__}: {exc}"
+                tokens[i] = FAILED
         return tokens
 
     @staticmethod

@@ -232,6 +232,19 @@ async def test_a_failing_grammar_fails_only_its_request(tiny_engine):
     assert good_c.finish_reason is FinishReason.LENGTH
 
 
+class MaskRaises(FixedSequence):
+    def allowed(self, remaining=None):
+        raise RuntimeError("mask bug")
+
+
+async def test_a_grammar_whose_mask_raises_fails_only_its_request(tiny_engine):
+    bad = tiny_engine.submit([1, 2, 3], SamplingParams(max_tokens=5), MaskRaises([10], 512, 0))
+    good = tiny_engine.submit([4, 5, 6], SamplingParams(max_tokens=5, ignore_eos=True))
+    bad_c, good_c = await asyncio.gather(bad.result(), good.result())
+    assert bad_c.finish_reason is FinishReason.ERROR and "mask bug" in bad_c.error
+    assert good_c.finish_reason is FinishReason.LENGTH and len(good_c.token_ids) == 5
+
+
 async def test_stats_report_hits_pool_tree_and_memory(tiny_engine):
     prompt = list(range(10, 60))
     first = await tiny_engine.generate(prompt, SamplingParams(max_tokens=5, ignore_eos=True))
