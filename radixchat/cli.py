@@ -97,6 +97,35 @@ def list_models(settings: Settings) -> int:
     return EXIT_OK
 
 
+def configure_logging(settings: Settings, interactive: bool) -> None:
+    """Warnings and engine errors: to stderr in batch mode, to ``<cache_dir>/radixchat.log`` in the app
+    (anything written to the terminal would garble the screen). transformers' own chatter stays off."""
+    import logging
+    import logging.handlers
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    level = logging.DEBUG if settings.debug else logging.WARNING
+    handler: logging.Handler
+    if interactive:
+        try:
+            settings.cache_dir.mkdir(parents=True, exist_ok=True)
+            handler = logging.handlers.RotatingFileHandler(
+                settings.cache_dir / "radixchat.log", maxBytes=2_000_000, backupCount=2, encoding="utf-8"
+            )
+        except OSError:
+            handler = logging.NullHandler()
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("transformers", "httpx", "openai"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
 def error(msg: str) -> None:
     print(f"radixchat: {msg}", file=sys.stderr, flush=True)
 
@@ -109,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         error(str(exc))
         return EXIT_USAGE
+    configure_logging(settings, interactive=ns.batch is None and not ns.list_models)
     try:
         if ns.list_models:
             return list_models(settings)
