@@ -28,6 +28,7 @@ from radixchat.tui.backend import (
 )
 from radixchat.tui.chat_actions import ChatActions
 from radixchat.tui.commands import ChatCommands
+from radixchat.tui.keymap import binding_groups, check_keymap
 from radixchat.tui.messages import (
     EngineFailed,
     EngineProgress,
@@ -36,22 +37,20 @@ from radixchat.tui.messages import (
 from radixchat.tui.screens.help import HelpScreen
 from radixchat.tui.session_actions import SessionActions
 from radixchat.tui.state import ChatState, display_messages
-from radixchat.tui.tools import available_tools
-from radixchat.tui.tui_config import TuiConfig, load_tui_config
+from radixchat.tui.tool_actions import ToolActions
+from radixchat.tui.tools import build_registry
 from radixchat.tui.widgets.assistant_message import AssistantMessage
-from radixchat.tui.widgets.message_view import MessageView
 from radixchat.tui.widgets.prompt import PromptHistory, PromptInput
-from radixchat.tui.widgets.side_panel import SidePanel
+from radixchat.tui.widgets.side_panel import RemoteView, SidePanel
 from radixchat.tui.widgets.status_bar import StatusBar, StatusInfo
 from radixchat.tui.widgets.transcript import Transcript
-from radixchat.tui.widgets.user_message import UserMessage
 from radixchat.tui.widgets.welcome import Welcome
 
 NARROW = 110  # columns below which the side panel hides itself
 EXIT_MODEL = 3  # as the CLI: the model failed to load
 
 
-class RadixChatApp(ChatActions, SessionActions, App[int]):
+class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "radixchat"
     COMMANDS = App.COMMANDS | {ChatCommands}
@@ -77,17 +76,14 @@ class RadixChatApp(ChatActions, SessionActions, App[int]):
         session: SessionFile | str | None = None,
         backend_factory: BackendFactory | None = None,
         panel_interval: float | None = 0.5,
-        tui_config: TuiConfig | None = None,
-        tools: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
         self.backend_factory = backend_factory or load_backend
         self.panel_interval = panel_interval
-        self.tui_config = tui_config if tui_config is not None else load_tui_config()
         self.backend: Any = None
         self.state = ChatState(model=settings.model, system_prompt=settings.system_prompt)
-        self.state.tools = tools if tools is not None else available_tools()
+        self.registry, self._tools_problem = build_registry(settings)
         self.mode_problem: str | None = None
         self.load_status = "starting"
         self._pending: SessionFile | None = session if isinstance(session, SessionFile) else None
@@ -116,13 +112,7 @@ class RadixChatApp(ChatActions, SessionActions, App[int]):
         yield Footer(compact=True)
 
     async def on_mount(self) -> None:
-        cfg = self.tui_config
-        if cfg.theme and cfg.theme in self.available_themes:
-            self.theme = cfg.theme
-        if cfg.keymap:
-            self.set_keymap(cfg.keymap)
-        if cfg.problem:
-            self.notify(cfg.problem, severity="warning")
+        self.apply_look()
         self.load_status = "loading the model…"
         messages = display_messages(self._pending) if self._pending else []
         if self._pending:
@@ -134,6 +124,24 @@ class RadixChatApp(ChatActions, SessionActions, App[int]):
         self.load_backend()
         if self.panel_interval:
             self.set_interval(self.panel_interval, self.refresh_panels)
+
+    def apply_look(self) -> None:
+        """The theme and keymap of the config file (``theme``, ``[keymap]``); what does not fit is said."""
+        theme = self.settings.theme
+        if theme is not None:
+            if theme in self.available_themes:
+                self.theme = theme
+            else:
+                known = ", ".join(sorted(self.available_themes))
+                self.notify(f"unknown theme '{theme}' (known: {known})", title="Config", severity="warning")
+        keymap = self.settings.keymap
+        if keymap:
+            self.set_keymap(keymap)
+            problem = check_keymap(keymap)
+            if problem:
+                self.notify(problem, title="Config", severity="warning", timeout=10)
+        if self._tools_problem:
+            self.notify(self._tools_problem, title="Config", severity="warning", timeout=10)
 
     def welcome(self) -> Welcome:
         """A fresh welcome panel (shown while the chat is empty)."""
@@ -172,7 +180,7 @@ class RadixChatApp(ChatActions, SessionActions, App[int]):
             elif s.mode == "json" and not self.mode_problem:
                 activity = ("schema set" if s.schema is not None else "any JSON") + " · F4 edits the schema"
             elif s.mode == "tool" and not self.mode_problem:
-                activity = f"{len(s.tools)} tools · F4 lists them"
+                activity = self.tool_activity()
             else:
                 activity = ""
         info = StatusInfo(
@@ -204,13 +212,7 @@ class RadixChatApp(ChatActions, SessionActions, App[int]):
         self.prompt.focus()
 
     def action_help(self) -> None:
-        groups = [
-            ("Chat", self.BINDINGS),
-            ("Prompt", PromptInput.BINDINGS),
-            ("Selected message", MessageView.BINDINGS + UserMessage.BINDINGS + AssistantMessage.BINDINGS),
-            ("Session browser", _sessions_bindings()),
-        ]
-        self.push_screen(HelpScreen(groups))
+        self.push_screen(HelpScreen(binding_groups()))
 
     # -- the backend --------------------------------------------------------------------------------------
 
@@ -287,15 +289,20 @@ class RadixChatApp(ChatActions, SessionActions, App[int]):
         if not panels:
             return
         if stats is None:
-            panels.first().show_note("no engine stats: the cache lives on the server")
+            s = self.state
+            panels.first().show_remote(
+                RemoteView(
+                    getattr(backend, "base_url", "the server"),
+                    backend.model_name,
+                    getattr(backend, "cache_tree_note", "The KV cache tree lives on the server."),
+                    getattr(backend, "totals", None),
+                    list(s.hit_history),
+                    s.last_hit,
+                    *s.last_speed,
+                )
+            )
         else:
             panels.first().show(stats, path, list(self.state.hit_history))
-
-
-def _sessions_bindings() -> list:
-    from radixchat.tui.screens.sessions import SessionsScreen
-
-    return SessionsScreen.BINDINGS
 
 
 def run_app(

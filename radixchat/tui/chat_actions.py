@@ -1,7 +1,8 @@
 """The app's chat actions: modes, sending, streaming, stopping, regenerating, editing, branches.
 
 A mixin of ``RadixChatApp`` (as ``SessionActions`` is). A reply streams in a worker on the event loop (the
-model itself runs in the engine's thread); Esc cancels it and the engine keeps what was generated.
+model itself runs in the engine's thread); Esc cancels it and the engine keeps what was generated. In tool
+mode a turn is several replies and tool calls: ``ToolActions.start_tool_turn`` runs it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from radixchat.tui.backend import make_params
 from radixchat.tui.messages import EditRequested, PromptSubmitted, RegenerateRequested, TurnFinished
 from radixchat.tui.screens.branches import BranchesScreen
 from radixchat.tui.screens.schema import SchemaScreen
-from radixchat.tui.screens.tools import ToolsScreen
 from radixchat.tui.state import ensure_prompt
+from radixchat.tui.tool_actions import declare_tools
 from radixchat.tui.widgets.assistant_message import AssistantMessage, decorate_footer
 from radixchat.tui.widgets.user_message import UserMessage
 
@@ -54,10 +55,12 @@ class ChatActions(_Base):
             self.mode_problem = result if isinstance(result, str) else None
 
     async def _grammar(self) -> Any:
-        """A matcher for the next reply (None: unconstrained) or the ModeError's message."""
+        """A matcher for the next reply (None: unconstrained) or the ModeError's message. In tool mode
+        this only checks the tools and tool_choice: ``run_tool_turn`` makes a matcher per round."""
         s = self.state
+        tools = self.tool_declarations() if s.mode == "tool" else None
         try:
-            return await asyncio.to_thread(grammar_for, self.backend, s.mode, s.schema, s.tools)
+            return await asyncio.to_thread(grammar_for, self.backend, s.mode, s.schema, tools, s.tool_choice)
         except ModeError as exc:
             return str(exc)
 
@@ -78,11 +81,6 @@ class ChatActions(_Base):
                 self.run_worker(self.action_set_mode("json"))
 
         self.push_screen(SchemaScreen(self.state.schema), done)
-
-    def action_show_tools(self) -> None:
-        self.push_screen(
-            ToolsScreen(self.state.tools, self.mode_problem if self.state.mode == "tool" else None)
-        )
 
     # -- turns --------------------------------------------------------------------------------------------
 
@@ -109,19 +107,29 @@ class ChatActions(_Base):
             return False
         editing = s.editing
         conv = s.conv.truncated(editing) if editing is not None else s.conv
-        n = len(conv.messages)
+        n, tools = len(conv.messages), conv.tools
+        tool_mode = s.mode == "tool"
         try:
+            if tool_mode:
+                declare_tools(conv, self.tool_declarations())
             conv.add_user(text)
-            reply = self.backend.reply(conv, make_params(self.settings, s.sampling), grammar)
+            reply = (
+                None
+                if tool_mode
+                else self.backend.reply(conv, make_params(self.settings, s.sampling), grammar)
+            )
         except RadixchatError as exc:
             del conv.messages[n:]
+            conv.tools = tools
             self.notify(str(exc), title="Not sent", severity="error")
             return False
+        new = [] if editing is not None else [UserMessage(conv.messages[-1], n)]
         if editing is not None:
             s.fork(conv, f"edit of message {editing}")
-            await self._start_reply(reply, rebuild=True)
+        if tool_mode:
+            await self.start_tool_turn(*new, rebuild=editing is not None)
         else:
-            await self._start_reply(reply, UserMessage(conv.messages[-1], n))
+            await self._start_reply(reply, *new, rebuild=editing is not None)
         return True
 
     async def _queue(self, text: str) -> bool:
@@ -185,10 +193,15 @@ class ChatActions(_Base):
             )
         else:
             result.message.meta["mode"] = mode
+            partial = bool(result.message.meta.get("partial"))
             await view.finish(
-                result.message, decorate_footer(result.footer(), result.finish_reason, result.error), mode
+                result.message,
+                decorate_footer(result.footer(), result.finish_reason, result.error, partial),
+                mode,
             )
-            self.state.record_turn(result.prompt_tokens, result.cached_tokens)
+            self.state.record_turn(
+                result.prompt_tokens, result.cached_tokens, result.ttft_ms, result.decode_tokens_per_s
+            )
         self.post_message(TurnFinished(result))
 
     async def on_turn_finished(self, event: TurnFinished) -> None:
@@ -197,7 +210,7 @@ class ChatActions(_Base):
         self.update_status()
         result = event.result
         if result is not None and result.finish_reason == "error":
-            self.notify(result.error or "the reply failed", title="Engine error", severity="error")
+            self.notify(result.error or "the reply failed", title="Reply failed", severity="error")
         await self.autosave()
         self.refresh_panels()
         self.turns_finished += 1  # last: a turn is over for tests and scripts once this moves
@@ -205,7 +218,7 @@ class ChatActions(_Base):
     def action_stop(self) -> None:
         if self._reply is not None:
             self._reply.cancel()
-            if self._reply_view is not None:
+            if self._reply_view is not None and self._reply_view.streaming:
                 self._reply_view.set_footer("stopping…")
         elif self.state.editing is not None:
             self.state.editing = None
@@ -224,28 +237,39 @@ class ChatActions(_Base):
         await self.action_regenerate()
 
     async def action_regenerate(self) -> None:
+        """The last turn again, from the user's last message (with its tool calls, in tool mode)."""
         s = self.state
         if not self._can_start():
             return
         conv = s.conv
-        if not any(m.role == "user" for m in conv.messages):
+        users = [i for i, m in enumerate(conv.messages) if m.role == "user"]
+        if not users:
             self.notify("Nothing to regenerate yet", severity="warning")
             return
         grammar = await self._grammar()
         if isinstance(grammar, str):
             self.notify(grammar, title=f"{s.mode} mode", severity="error")
             return
-        forked = conv.messages[-1].role == "assistant"
-        new = conv.truncated(len(conv.messages) - 1) if forked else conv
+        forked = users[-1] < len(conv.messages) - 1
+        new = conv.truncated(users[-1] + 1) if forked else conv
+        tools = new.tools
         try:
             ensure_prompt(new)
-            reply = self.backend.reply(new, make_params(self.settings, s.sampling), grammar)
+            if s.mode == "tool":
+                declare_tools(new, self.tool_declarations())
+                reply = None
+            else:
+                reply = self.backend.reply(new, make_params(self.settings, s.sampling), grammar)
         except RadixchatError as exc:
+            new.tools = tools
             self.notify(str(exc), title="Not regenerated", severity="error")
             return
         if forked:
-            s.fork(new, f"regenerated reply {sum(m.role == 'assistant' for m in conv.messages)}")
-        await self._start_reply(reply, rebuild=True)
+            s.fork(new, f"regenerated reply {len(users)}")
+        if s.mode == "tool":
+            await self.start_tool_turn(rebuild=True)
+        else:
+            await self._start_reply(reply, rebuild=True)
 
     def on_edit_requested(self, event: EditRequested) -> None:
         self._edit(event.index)

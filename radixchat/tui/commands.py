@@ -13,7 +13,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("Mode: tool", "The model may call the listed tools", "set_mode('tool')"),
     ("Cycle mode", "chat → json → tool", "cycle_mode"),
     ("JSON schema…", "Paste or load the schema for JSON mode", "edit_schema"),
-    ("Tools…", "The tools available in tool mode", "show_tools"),
+    ("Tools…", "Choose the tools tool mode offers, and tool_choice", "show_tools"),
     ("New chat", "Start a new conversation", "new_chat"),
     ("Regenerate reply", "Generate the last reply again (the old one is kept as a branch)", "regenerate"),
     ("Edit last prompt", "Edit your last message into a new branch", "edit_last"),

@@ -12,13 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
-from radixchat.chat.session import (
-    SessionFile,
-    conversation_from_session,
-    load_session,
-    save_session,
-    session_path,
-)
+from radixchat.chat.session import SessionFile, load_session, save_session, session_path
 from radixchat.errors import SessionError
 from radixchat.tui.backend import warm
 from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
@@ -140,8 +134,9 @@ class SessionActions(_Base):
             self._pending = session
             await self.transcript.show(display_messages(session), self.welcome())
         else:
-            conv = conversation_from_session(session, backend.fmt, backend.model_name, tools=None)
-            s.reset(conv)
+            self.check_session_tools()
+            s.restore(session, backend.fmt, backend.model_name, self.session_tool_declarations(session))
+            conv = s.conv
             await self.transcript.show(conv.messages, self.welcome())
             if session.model != backend.model_name:
                 note = (
@@ -159,11 +154,17 @@ class SessionActions(_Base):
         self.update_status()
         self.refresh_panels()
 
+    def session_tool_declarations(self, session: SessionFile) -> list[dict] | None:
+        """The declarations a saved conversation was rendered with: the offered tools, when it used tool
+        mode (without them its token ids would not match its rendering, and the next turn would be a
+        full re-render instead of a delta)."""
+        used = session.mode == "tool" or any(m.role == "tool" or m.tool_calls for m in session.messages)
+        return self.tool_declarations() if used else None
+
     async def action_new_chat(self) -> None:
         await self.stop_reply()
         s = self.state
-        s.session_name, s.auto_named, s.base = None, False, None
-        s.hit_history.clear()
+        s.new_session()
         if self.backend is not None:
             s.reset(self.backend.new_conversation(system=s.system_prompt))
         await self.transcript.show(s.conv.messages if s.conv else [], self.welcome())

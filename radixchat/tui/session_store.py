@@ -12,6 +12,7 @@ from pathlib import Path
 
 from radixchat.chat.session import SessionFile, atomic_write_text, load_session, save_session, session_path
 from radixchat.errors import SessionError
+from radixchat.tui.tools import call_signature, strip_calls
 from radixchat.tui.widgets.assistant_message import footer_from_meta
 
 
@@ -70,7 +71,14 @@ def session_markdown(session: SessionFile) -> str:
         if m.role == "system":
             continue
         title = {"user": "User", "assistant": "Assistant", "tool": f"Tool {m.name or ''}".strip()}[m.role]
-        lines += [f"## {title}", "", m.content, ""]
+        if m.role == "assistant" and m.tool_calls:
+            text = strip_calls(m.content)
+            calls = [f"- calls `{call_signature(c['name'], c['arguments'], 200)}`" for c in m.tool_calls]
+            lines += [f"## {title}", "", *([text, ""] if text else []), *calls, ""]
+        elif m.role == "tool":
+            lines += [f"## {title}", "", "```", m.content, "```", ""]
+        else:
+            lines += [f"## {title}", "", m.content, ""]
         if m.role == "assistant":
             footer = footer_from_meta(m.meta, m.finish_reason)
             if footer:

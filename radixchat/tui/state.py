@@ -2,8 +2,8 @@
 
 ``ChatState`` holds the branches of the conversation (each a ``Conversation`` sharing a cached prefix
 with the others), the mode and its inputs (JSON Schema, tools), the per-session system prompt and sampling
-settings, and the session's name. It converts to and from ``SessionFile``; only the active branch is
-saved (the file format has no branches yet), the others live in memory.
+settings, the session's tool choices and notes, and the session's name. It converts to and from
+``SessionFile``: the active branch is the file's ``messages``, the others its ``branches``.
 """
 
 from __future__ import annotations
@@ -16,12 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 from radixchat.chat.conversation import Conversation, Message
 from radixchat.chat.modes import MODES, Mode
-from radixchat.chat.session import SamplingSettings, SessionFile, session_from_conversation
+from radixchat.chat.session import (
+    SamplingSettings,
+    SessionBranch,
+    SessionFile,
+    conversation_from_session,
+    session_from_conversation,
+    session_messages,
+)
+from radixchat.chat.tools import ToolContext
 
 if TYPE_CHECKING:
     from radixchat.chat.conversation import ChatFormat
 
 HIT_HISTORY = 30  # turns kept for the hit-rate sparkline
+ACTIVE_LABEL = "active when saved"  # the file keeps no label for its active branch
 
 
 @dataclass(slots=True)
@@ -76,7 +85,12 @@ class ChatState:
     model: str = ""
     mode: Mode = "chat"
     schema: dict[str, Any] | bool | None = None
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    # Tool mode: the offered tools (None: the built-ins) and tool_choice ("auto", "required", "none" or
+    # {"name": TOOL}). The names are saved with the session; the choice lives as long as the app.
+    tool_names: list[str] | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    allowed_tools: set[str] = field(default_factory=set)  # "always allow" answers, this session only
+    tool_ctx: ToolContext = field(default_factory=ToolContext)  # the session-notes tools' notes
     system_prompt: str | None = None
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     session_name: str | None = None
@@ -85,6 +99,8 @@ class ChatState:
     branches: list[Branch] = field(default_factory=list)
     active: int = 0
     hit_history: deque[float] = field(default_factory=lambda: deque(maxlen=HIT_HISTORY))
+    last_hit: float | None = None  # cached / prompt tokens of the last reply (None: not reported)
+    last_speed: tuple[float | None, float | None] = (None, None)  # TTFT ms, decode tok/s of the last reply
     editing: int | None = None  # index of the user message being edited (a new branch on send)
 
     # -- conversation and branches --------------------------------------------------------------------
@@ -114,15 +130,28 @@ class ChatState:
     def next_mode(self) -> Mode:
         return MODES[(MODES.index(self.mode) + 1) % len(MODES)]
 
-    @property
-    def tool_names(self) -> list[str]:
-        return [t.get("function", t).get("name", "?") for t in self.tools]
-
     # -- turns ------------------------------------------------------------------------------------------
 
-    def record_turn(self, prompt_tokens: int, cached_tokens: int) -> None:
-        if prompt_tokens:
-            self.hit_history.append(cached_tokens / prompt_tokens)
+    def record_turn(
+        self,
+        prompt_tokens: int | None,
+        cached_tokens: int | None,
+        ttft_ms: float | None = None,
+        decode_tokens_per_s: float | None = None,
+    ) -> None:
+        """One reply's numbers; a remote server may report no prompt or cached tokens (None)."""
+        self.last_hit = cached_tokens / prompt_tokens if prompt_tokens and cached_tokens is not None else None
+        if self.last_hit is not None:
+            self.hit_history.append(self.last_hit)
+        self.last_speed = (ttft_ms, decode_tokens_per_s)
+
+    def new_session(self) -> None:
+        """Forget what belongs to the saved session (a new chat): its notes and "always allow" answers."""
+        self.session_name, self.auto_named, self.base = None, False, None
+        self.hit_history.clear()
+        self.last_hit = None
+        self.allowed_tools.clear()
+        self.tool_ctx = ToolContext()
 
     # -- sessions ---------------------------------------------------------------------------------------
 
@@ -137,8 +166,14 @@ class ChatState:
             mode=self.mode,
             base=self.base,
             json_schema=self.schema,
-            tools=self.tool_names if self.mode == "tool" else (self.base.tools if self.base else []),
+            tools=list(self.tool_names) if self.tool_names is not None else [],
             sampling=self.sampling.model_copy(),
+            notes=self.tool_ctx.notes,
+            branches=[
+                SessionBranch(label=b.label, messages=session_messages(b.conv))
+                for i, b in enumerate(self.branches)
+                if i != self.active
+            ],
         )
 
     def adopt(self, session: SessionFile) -> None:
@@ -150,5 +185,28 @@ class ChatState:
         self.schema = session.json_schema
         self.system_prompt = session.system_prompt
         self.sampling = session.sampling.model_copy()
+        self.tool_names = list(session.tools) or None
+        self.tool_choice = "auto"
+        self.allowed_tools.clear()
+        self.tool_ctx = ToolContext(notes=session.notes)
         self.hit_history.clear()
         self.editing = None
+
+    def restore(self, session: SessionFile, fmt: ChatFormat, model: str, tools: list[dict] | None) -> None:
+        """The session's conversations for the backend's format: its inactive branches first, in the
+        order saved, then the active one (``tools``: the declarations its tool turns were rendered with)."""
+        branches = [
+            Branch(
+                conversation_from_session(
+                    session.model_copy(update={"messages": b.messages, "system_prompt": None}),
+                    fmt,
+                    model,
+                    tools,
+                ),
+                b.label,
+            )
+            for b in session.branches
+        ]
+        active = conversation_from_session(session, fmt, model, tools)
+        branches.append(Branch(active, ACTIVE_LABEL if branches else "main"))
+        self.branches, self.active, self.editing = branches, len(branches) - 1, None

@@ -1,17 +1,148 @@
-"""The tools tool mode offers: their declarations (name, description, JSON Schema parameters).
+"""Tool mode's pieces that need no Textual: the registry, the offered tools, and call text in replies.
 
-Only the built-in tools: user tools from the config file run commands and need the user's consent per
-call, and the app has no consent dialog yet (see docs/tui.md).
+The registry holds the built-in tools and the user tools of the config file (``[[tools]]``); a session
+offers a subset (``SessionFile.tools``; empty means the built-ins, as in batch mode). A reply in tool mode
+writes its calls as ``<tool_call>{...}</tool_call>`` blocks: the transcript shows them as call blocks,
+so ``CallFilter`` keeps them out of the streamed Markdown and ``strip_calls`` out of the final text.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from radixchat.chat.tools import Tool, ToolRegistry
+from radixchat.errors import RadixchatError
+
+if TYPE_CHECKING:
+    from radixchat.config import Settings
+
+ToolChoice = str | dict[str, Any]  # "auto" | "required" | "none" | {"name": TOOL}
+CHOICES = ("auto", "required", "none")
+
+# The format of radixchat.grammar.tool_calls.
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
-def available_tools() -> list[dict[str, Any]]:
+def build_registry(settings: Settings) -> tuple[ToolRegistry, str | None]:
+    """The built-ins plus the config file's user tools; on a bad declaration, the built-ins and why."""
     try:
-        from radixchat.chat.tools import ToolRegistry
-    except ImportError:  # a build without the tools module
-        return []
-    return [tool.schema() for tool in ToolRegistry().select(None)]
+        return ToolRegistry.from_config(settings.tools), None
+    except RadixchatError as exc:
+        return ToolRegistry(), f"{exc}; only the built-in tools are offered"
+
+
+def default_names(registry: ToolRegistry) -> list[str]:
+    return [t.name for t in registry.select(None)]
+
+
+def offered(registry: ToolRegistry, names: list[str] | None) -> list[Tool]:
+    """The tools a session offers (None: the built-ins); names the registry lacks are skipped."""
+    if names is None:
+        return registry.select(None)
+    return [registry.tools[n] for n in dict.fromkeys(names) if n in registry.tools]
+
+
+def choice_label(choice: ToolChoice) -> str:
+    return choice["name"] if isinstance(choice, dict) else choice
+
+
+def command_of(settings: Settings, name: str) -> list[str] | None:
+    """The command a user tool runs (to show in the consent dialog)."""
+    for cfg in settings.tools:
+        if cfg.name == name:
+            return list(cfg.command)  # type: ignore[arg-type]  # the validator split it
+    return None
+
+
+def _call(block: str) -> dict[str, Any] | None:
+    """The call a block's JSON makes, or None when it is not one (it then stays in the text)."""
+    try:
+        obj = json.loads(block)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", {})
+    if isinstance(args, str):
+        with contextlib.suppress(ValueError):
+            args = json.loads(args)
+    return {"name": obj["name"], "arguments": args}
+
+
+def strip_calls(text: str) -> str:
+    """``text`` without its ``<tool_call>`` blocks (what the reply said besides calling)."""
+    return _BLOCK.sub(lambda m: "" if _call(m.group(1)) else m.group(0), text).strip()
+
+
+def parse_calls(text: str) -> list[dict[str, Any]]:
+    """The calls in ``text`` as ``{"name", "arguments"}``, as ``radixchat.grammar.parse_tool_calls``
+    finds them (that module is not imported here: the grammar package imports torch)."""
+    return [c for c in (_call(m.group(1)) for m in _BLOCK.finditer(text)) if c is not None]
+
+
+def short_json(value: Any, limit: int = 60) -> str:
+    """One line of JSON, cut with an ellipsis (call titles)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def call_signature(name: str, arguments: Any, limit: int = 48) -> str:
+    """``calculator(expression="2+2")``: the arguments as ``key=value`` with JSON values, shortened."""
+    if isinstance(arguments, dict):
+        inner = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
+    else:
+        inner = json.dumps(arguments, ensure_ascii=False)
+    return f"{name}({short_json(inner, limit)})"
+
+
+class CallFilter:
+    """Streams a reply's text with its ``<tool_call>`` blocks held out.
+
+    ``feed`` returns the text that can be shown now. A tail that may be the start of ``<tool_call>`` is
+    held until the next delta tells; inside a block everything is dropped up to ``</tool_call>``.
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+        self.in_call = False
+        self.calls = 0  # blocks begun so far
+
+    def feed(self, delta: str) -> str:
+        text, self._held = self._held + delta, ""
+        out: list[str] = []
+        while text:
+            if self.in_call:
+                end = text.find(TOOL_CLOSE)
+                if end < 0:
+                    self._held = _partial_tail(text, TOOL_CLOSE)
+                    return "".join(out)
+                self.in_call, text = False, text[end + len(TOOL_CLOSE) :]
+                continue
+            start = text.find(TOOL_OPEN)
+            if start >= 0:
+                out.append(text[:start])
+                self.in_call, self.calls, text = True, self.calls + 1, text[start + len(TOOL_OPEN) :]
+                continue
+            tail = _partial_tail(text, TOOL_OPEN)
+            out.append(text[: len(text) - len(tail)])
+            self._held = tail
+            break
+        return "".join(out)
+
+    def flush(self) -> str:
+        """The end of the reply: a held tail that never became a tag is text after all."""
+        held, self._held = ("" if self.in_call else self._held), ""
+        return held
+
+
+def _partial_tail(text: str, tag: str) -> str:
+    """The longest end of ``text`` that is a proper prefix of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return text[-n:]
+    return ""

@@ -3,11 +3,15 @@
 ``FakeBackend`` implements the chat backend protocol (new_conversation / reply / stats / cached_path /
 model_name / fmt, plus warm) over a character-level tokenizer and the real ``ChatFormat`` and
 ``Conversation``. Replies are scripted; a reply can be held at a gate so a test can act mid-stream.
+``ToolFakeBackend`` also takes tool mode (its replies are scripted from the whole conversation, so a
+round after a tool result can answer with it); ``FakeRemoteBackend`` looks like ``RemoteBackend`` to the
+app (no engine stats, ``totals``, usage the server may not report, a stream that can break).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,10 +22,10 @@ import pytest
 
 from radixchat.chat.backend import TurnResult
 from radixchat.chat.conversation import ChatFormat, Conversation
+from radixchat.chat.remote import CACHE_TREE_NOTE, RemoteTotals
 from radixchat.config import Settings
 from radixchat.engine.stats import EngineStats, LastRequest, TreeNodeView
 from radixchat.tui.app import RadixChatApp
-from radixchat.tui.tui_config import TuiConfig
 
 TERMINAL = (130, 40)
 
@@ -254,6 +258,100 @@ class FakeBackend:
         return self.trie.path(ids)
 
 
+def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+    """A call as the tool grammar makes the model write it."""
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+class ToolFakeBackend(FakeBackend):
+    """Takes tool mode; ``plan(conv)`` writes each reply from the whole conversation (the grammar it gets
+    is recorded in ``constraints``, not applied)."""
+
+    def __init__(self, plan: Callable[[Conversation], str], script: Script | None = None) -> None:
+        super().__init__(script)
+        self.plan = plan
+        self.constraints: list[tuple[str, list[str], Any]] = []  # (mode, tool names, tool_choice)
+
+    def constraint(
+        self, mode: str, *, schema: Any = None, tools: Any = None, tool_choice: Any = "auto"
+    ) -> Any:
+        self.constraints.append((mode, [t["name"] for t in tools or []], tool_choice))
+        return ("grammar", mode)
+
+    def reply(self, conv: Conversation, params: Any, grammar: Any = None) -> FakeReply:
+        self.grammars.append(grammar)
+        return FakeReply(self, conv, self.plan(conv))
+
+
+def call_then_answer(name: str, arguments: dict[str, Any]) -> Callable[[Conversation], str]:
+    """Call ``name`` for each user message; after its result, answer with it."""
+
+    def plan(conv: Conversation) -> str:
+        last = conv.messages[-1]
+        if last.role == "tool":
+            return f"The tool said: {last.content}"
+        return tool_call_text(name, arguments)
+
+    return plan
+
+
+class FakeRemoteReply(FakeReply):
+    """As ``RemoteReply`` reports: usage only as far as the server gives it; a broken stream keeps what
+    came (``meta["partial"]``, finish reason ``error``)."""
+
+    def _finish(self) -> None:
+        if self._result is not None:
+            return
+        backend: FakeRemoteBackend = self.backend  # type: ignore[assignment]
+        text = "".join(self._sent)
+        reason, error = "cancelled" if self.cancelled else "stop", None
+        if backend.break_after is not None:
+            text, reason = text[: backend.break_after], "error"
+            error = (
+                f"the server at {backend.base_url} closed the connection mid-reply; the partial reply is kept"
+            )
+        prompt, cached = backend.usage
+        usage = {"prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": len(text)}
+        self.conv.add_assistant(
+            text,
+            [],
+            reason,
+            usage={k: v for k, v in usage.items() if v is not None},
+            ttft_ms=80.0,
+            decode_tokens_per_s=25.0,
+        )
+        msg = self.conv.messages[-1]
+        if error is not None:
+            msg.meta.update(error=error, partial=True)
+        self._result = TurnResult(msg, reason, prompt, cached, len(text), 80.0, 25.0, error)
+        backend.totals.add(self._result)
+
+
+class FakeRemoteBackend(FakeBackend):
+    """What the app sees of ``RemoteBackend``: ``stats()`` is None, ``totals``, ``cache_tree_note``."""
+
+    model_name = "served-model"
+    base_url = "http://gpu-box:30000/v1"
+
+    def __init__(self, script: Script | None = None) -> None:
+        super().__init__(script)
+        self.totals = RemoteTotals()  # type: ignore[assignment]
+        self.cache_tree_note = CACHE_TREE_NOTE.format(url=self.base_url)
+        self.usage: tuple[int | None, int | None] = (None, None)  # what the server reports next
+        self.break_after: int | None = None  # characters after which the next stream breaks
+
+    def reply(self, conv: Conversation, params: Any, grammar: Any = None) -> FakeReply:
+        prompt = next(m.content for m in reversed(conv.messages) if m.role == "user")
+        self.script.replies.append(prompt)
+        return FakeRemoteReply(self, conv, self.script.reply_for(prompt))
+
+    def stats(self) -> None:  # type: ignore[override]
+        return None
+
+    def cached_path(self, ids: Sequence[int]) -> list[int]:
+        return []
+
+
 def wait_until_sync(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -294,13 +392,11 @@ def fake() -> FakeBackend:
 
 @pytest.fixture
 def make_app(settings, fake):
-    """Build an app over the fake backend (panels polled by hand, no tui.toml)."""
+    """Build an app over the fake backend (panels polled by hand)."""
 
     def make(backend: Any = None, **kwargs: Any) -> RadixChatApp:
         b = backend or fake
         kwargs.setdefault("panel_interval", None)
-        kwargs.setdefault("tui_config", TuiConfig())
-        kwargs.setdefault("tools", [])
         return RadixChatApp(kwargs.pop("settings", settings), backend_factory=lambda s, progress: b, **kwargs)
 
     return make
@@ -311,14 +407,14 @@ async def ready(app: RadixChatApp, pilot: Any) -> None:
     await pilot.pause()
 
 
-async def say(app: RadixChatApp, pilot: Any, text: str, wait: bool = True) -> None:
+async def say(app: RadixChatApp, pilot: Any, text: str, wait: bool = True, timeout: float = 30.0) -> None:
     """Type ``text`` into the prompt, press Enter, and (by default) wait until the turn is fully handled."""
     app.prompt.focus()
     app.prompt.load_text(text)
     done = app.turns_finished
     await pilot.press("enter")
     if wait:
-        await turn_done(app, pilot, done)
+        await turn_done(app, pilot, done, timeout)
 
 
 async def turn_done(app: RadixChatApp, pilot: Any, before: int, timeout: float = 30.0) -> None:

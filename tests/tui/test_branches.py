@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from radixchat.chat.session import load_session, session_path
 from radixchat.tui.screens.branches import BranchesScreen
+from radixchat.tui.state import ACTIVE_LABEL
 from radixchat.tui.widgets.user_message import UserMessage
-from tests.tui.conftest import TERMINAL, Script, ready, say, turn_done, wait_until
+from tests.tui.conftest import TERMINAL, FakeBackend, Script, ready, say, turn_done, wait_until
 
 
 def counter_script() -> Script:
@@ -93,3 +95,42 @@ async def test_escape_cancels_an_edit(make_app):
         await pilot.press("escape")
         assert app.state.editing is None and app.prompt.text == ""
         assert len(app.state.branches) == 1
+
+
+async def test_branches_are_saved_and_come_back_when_the_session_is_reopened(make_app, fake, settings):
+    fake.script = counter_script()
+    app = make_app(session="forks")
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "first")
+        await say(app, pilot, "second")
+        await pilot.press("ctrl+r")  # branch 2: the second reply regenerated
+        await turn_done(app, pilot, 2)
+        app.action_edit_last()  # branch 3: the second message edited
+        app.prompt.load_text("second, edited")
+        await pilot.press("enter")
+        await turn_done(app, pilot, 3)
+        before = [(b.label, [m.content for m in b.conv.messages], b.conv.ids) for b in app.state.branches]
+    saved = load_session(session_path(settings.sessions_dir, "forks"))
+    assert [b.label for b in saved.branches] == ["main", "regenerated reply 2"]
+    assert saved.messages[-2].content == "second, edited"
+
+    second = FakeBackend(counter_script())
+    app2 = make_app(backend=second, session=saved)
+    async with app2.run_test(size=TERMINAL) as pilot:
+        await ready(app2, pilot)
+        after = [(b.label, [m.content for m in b.conv.messages], b.conv.ids) for b in app2.state.branches]
+        # the inactive branches first, in the order saved, then the active one; token ids kept
+        assert after[:2] == before[:2] and after[2][1:] == before[2][1:]
+        assert after[2][0] == ACTIVE_LABEL and app2.state.active == 2
+        assert "branch 3/3" in str(app2.query_one("StatusBar .info").render())
+        await pilot.press("f3")
+        await wait_until(lambda: isinstance(app2.screen, BranchesScreen), pilot=pilot)
+        await pilot.press("up", "up", "enter")
+        await wait_until(lambda: app2.state.active == 0, pilot=pilot)
+        assert [v.message.content for v in app2.transcript.messages()][-1] == "reply 2 to second"
+        await say(app2, pilot, "third")  # the old branch goes on, from its cached prefix
+        assert app2.state.conv.messages[-1].meta["usage"]["cached_tokens"] > 0
+    resaved = load_session(session_path(settings.sessions_dir, "forks"))
+    assert resaved.messages[-1].content == "reply 1 to third"
+    assert [b.label for b in resaved.branches] == ["regenerated reply 2", ACTIVE_LABEL]

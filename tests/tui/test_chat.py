@@ -172,9 +172,8 @@ async def test_enter_while_the_model_loads_queues_the_message(make_app, settings
         return fake
 
     from radixchat.tui.app import RadixChatApp
-    from radixchat.tui.tui_config import TuiConfig
 
-    app = RadixChatApp(settings, backend_factory=slow, panel_interval=None, tui_config=TuiConfig(), tools=[])
+    app = RadixChatApp(settings, backend_factory=slow, panel_interval=None)
     async with app.run_test(size=TERMINAL) as pilot:
         await wait_until(lambda: app.load_status == "converting the model", pilot=pilot)
         assert "converting the model" in str(app.transcript.query_one("Welcome .status").render())
@@ -194,11 +193,8 @@ async def test_a_model_that_fails_to_load_is_reported_and_quit_returns_3(setting
         raise ModelLoadError("model 'nope' not found")
 
     from radixchat.tui.app import RadixChatApp
-    from radixchat.tui.tui_config import TuiConfig
 
-    app = RadixChatApp(
-        settings, backend_factory=broken, panel_interval=None, tui_config=TuiConfig(), tools=[]
-    )
+    app = RadixChatApp(settings, backend_factory=broken, panel_interval=None)
     async with app.run_test(size=TERMINAL) as pilot:
         await wait_until(lambda: "failed to load" in app.load_status, pilot=pilot)
         assert "model 'nope' not found" in str(app.transcript.query_one("Welcome .status").render())

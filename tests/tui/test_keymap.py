@@ -1,52 +1,46 @@
-"""Bindings: every one has an id, the keymap remaps them (tui.toml or injected), F1 lists them."""
+"""Bindings: every one has an id, config.toml's [keymap] remaps them, F1 lists them; the theme setting."""
 
 from __future__ import annotations
 
 from textual.binding import Binding
 
+from radixchat.config import Settings
 from radixchat.tui.app import RadixChatApp
-from radixchat.tui.screens.branches import BranchesScreen
-from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
+from radixchat.tui.keymap import binding_groups, check_keymap
 from radixchat.tui.screens.help import HelpScreen
-from radixchat.tui.screens.schema import SchemaScreen
-from radixchat.tui.screens.sessions import SessionsScreen
-from radixchat.tui.screens.settings import SettingsScreen
-from radixchat.tui.screens.tools import ToolsScreen
-from radixchat.tui.tui_config import TuiConfig, load_tui_config
-from radixchat.tui.widgets.assistant_message import AssistantMessage
-from radixchat.tui.widgets.message_view import MessageView
-from radixchat.tui.widgets.prompt import PromptInput
-from radixchat.tui.widgets.user_message import UserMessage
 from tests.tui.conftest import TERMINAL, ready
 
-CLASSES = [
-    RadixChatApp,
-    PromptInput,
-    MessageView,
-    UserMessage,
-    AssistantMessage,
-    HelpScreen,
-    SessionsScreen,
-    SettingsScreen,
-    SchemaScreen,
-    ToolsScreen,
-    BranchesScreen,
-    NameDialog,
-    ConfirmDialog,
-]
+
+def with_keymap(settings: Settings, keymap: dict[str, str]) -> Settings:
+    return settings.model_copy(update={"keymap": keymap})
 
 
 def test_every_binding_has_a_unique_id():
     ids = []
-    for cls in CLASSES:
-        for b in cls.BINDINGS:
-            assert isinstance(b, Binding) and b.id, f"{cls.__name__}: {b} has no id"
+    for title, bindings in binding_groups():
+        for b in bindings:
+            assert isinstance(b, Binding) and b.id, f"{title}: {b} has no id"
             ids.append(b.id)
     assert len(ids) == len(set(ids))
 
 
-async def test_a_keymap_override_moves_a_binding(make_app):
-    app = make_app(tui_config=TuiConfig(keymap={"mode.cycle": "f5"}))
+def test_every_widget_and_screen_with_bindings_is_in_the_help_groups():
+    import radixchat.tui.screens as screens
+    import radixchat.tui.widgets as widgets
+    from tests.tui.test_layering import TUI
+
+    listed = {b.id for _t, bindings in binding_groups() for b in bindings}
+    for package, folder in ((screens, "screens"), (widgets, "widgets")):
+        for path in (TUI / folder).glob("*.py"):
+            module = __import__(f"{package.__name__}.{path.stem}", fromlist=["_"])
+            for obj in vars(module).values():
+                if isinstance(obj, type) and obj.__module__ == module.__name__:
+                    for b in obj.__dict__.get("BINDINGS", []):
+                        assert b.id in listed, f"{obj.__name__}: {b.id} is missing from F1"
+
+
+async def test_a_keymap_override_moves_a_binding(make_app, settings):
+    app = make_app(settings=with_keymap(settings, {"mode.cycle": "f5"}))
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await pilot.press("ctrl+t")
@@ -57,8 +51,8 @@ async def test_a_keymap_override_moves_a_binding(make_app):
         assert app.state.mode == "json"
 
 
-async def test_the_prompt_send_key_can_be_remapped(make_app, fake):
-    app = make_app(tui_config=TuiConfig(keymap={"prompt.send": "ctrl+s", "session.save": "f9"}))
+async def test_the_prompt_send_key_can_be_remapped(make_app, fake, settings):
+    app = make_app(settings=with_keymap(settings, {"prompt.send": "ctrl+s", "session.save": "f9"}))
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await pilot.press("a", "enter", "b")
@@ -68,18 +62,40 @@ async def test_the_prompt_send_key_can_be_remapped(make_app, fake):
         assert fake.script.replies == ["a\nb"]
 
 
-def test_tui_toml_is_read_from_the_config_dir(tui_env):
+async def test_theme_and_keymap_come_from_the_config_file(make_app, tui_env):
     cfg_dir = tui_env / "config" / "radixchat"
     cfg_dir.mkdir(parents=True)
-    (cfg_dir / "tui.toml").write_text('theme = "nord"\n[keymap]\n"mode.cycle" = "f5"\n')
-    cfg = load_tui_config()
-    assert cfg.theme == "nord" and cfg.keymap == {"mode.cycle": "f5"} and cfg.problem is None
-    (cfg_dir / "tui.toml").write_text("[keymap]\nx = 1\n")
-    assert "ignored" in (load_tui_config().problem or "")
+    (cfg_dir / "config.toml").write_text(
+        'theme = "nord"\nmodel = "fake-model"\n[keymap]\n"mode.cycle" = "f5"\n"no.such" = "f6"\n'
+    )
+    settings = Settings.load({"sessions_dir": str(tui_env / "sessions")})
+    assert settings.theme == "nord" and settings.keymap == {"mode.cycle": "f5", "no.such": "f6"}
+    app = make_app(settings=settings)
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        assert app.theme == "nord"
+        await pilot.press("f5")
+        await pilot.pause()
+        assert app.state.mode == "json"
+        warnings = [str(n.message) for n in app._notifications]
+        assert any("'no.such'" in w and "F1 lists them" in w for w in warnings)
 
 
-async def test_f1_lists_the_bindings_with_the_current_keys(make_app):
-    app = make_app(tui_config=TuiConfig(keymap={"mode.cycle": "f5"}))
+async def test_an_unknown_theme_is_reported_and_the_default_kept(make_app, settings):
+    app = make_app(settings=settings.model_copy(update={"theme": "no-such-theme"}))
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        assert app.theme == "textual-dark"
+        assert any("unknown theme 'no-such-theme'" in str(n.message) for n in app._notifications)
+
+
+def test_check_keymap_names_unknown_ids_only():
+    assert check_keymap({"mode.cycle": "f5", "consent.deny": "x"}) is None
+    assert "'nope'" in (check_keymap({"nope": "f5"}) or "")
+
+
+async def test_f1_lists_the_bindings_with_the_current_keys(make_app, settings):
+    app = make_app(settings=with_keymap(settings, {"mode.cycle": "f5"}))
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await pilot.press("f1")
@@ -90,6 +106,7 @@ async def test_f1_lists_the_bindings_with_the_current_keys(make_app):
         assert ("Prompt", "^j, shift+⏎, alt+⏎", "Newline", "prompt.newline") in rows
         ids = {r[3] for r in rows}
         assert {"message.edit", "message.copy_code", "sessions.rename", "stop", "prompt.send"} <= ids
+        assert {"consent.once", "consent.always", "consent.deny", "tools.apply"} <= ids
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 

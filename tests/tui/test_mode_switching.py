@@ -1,4 +1,4 @@
-"""Modes: switching (key and palette), always visible, ModeError shown clearly, JSON schema and tools UI."""
+"""Modes: switching (key and palette), always visible, ModeError shown clearly, JSON schema UI (tool mode: test_tools.py)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,8 @@ from textual.command import CommandList
 
 import radixchat.tui.chat_actions as chat_actions
 from radixchat.tui.screens.schema import SchemaScreen, parse_schema
-from radixchat.tui.screens.tools import ToolsScreen
 from radixchat.tui.widgets.assistant_message import display_text
 from tests.tui.conftest import TERMINAL, Script, ready, say, wait_until
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
 
 
 def mode_badge(app) -> str:
@@ -73,7 +61,7 @@ async def test_modes_can_be_chosen_from_the_command_palette(make_app):
 
 
 async def test_json_mode_replies_are_pretty_printed(make_app, fake, monkeypatch):
-    monkeypatch.setattr(chat_actions, "grammar_for", lambda backend, mode, schema=None, tools=None: None)
+    monkeypatch.setattr(chat_actions, "grammar_for", lambda backend, mode, *args: None)
     fake.script = Script(reply_for=lambda p: '{"name": "Ada", "langs": ["en", "fr"]}')
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
@@ -124,17 +112,3 @@ async def test_the_json_schema_is_pasted_or_loaded_from_a_file(make_app, tmp_pat
         await pilot.press("ctrl+s")
         await wait_until(lambda: app.state.mode == "json", pilot=pilot)
         assert app.state.schema == {"type": "object", "required": ["name"]}
-
-
-async def test_tool_mode_lists_the_tools(make_app):
-    app = make_app(tools=TOOLS)
-    async with app.run_test(size=TERMINAL) as pilot:
-        await ready(app, pilot)
-        await app.action_set_mode("tool")
-        await pilot.press("f4")
-        await pilot.pause()
-        assert isinstance(app.screen, ToolsScreen)
-        text = app.screen.query_one("Markdown").source
-        assert "get_weather" in text and "Weather for a city" in text and "not available" in text
-        await pilot.press("escape")
-        assert not isinstance(app.screen, ToolsScreen)

@@ -106,13 +106,3 @@ async def test_the_memory_panel_shows_cuda_allocated_and_reserved_on_a_gpu(make_
         panel.show(stats)
         text = str(panel.render())
         assert "cuda:0  3.0 GiB allocated" in text and "4.0 GiB reserved" in text and "RSS" not in text
-
-
-async def test_a_backend_without_stats_says_so_in_the_panels(make_app, fake, monkeypatch):
-    monkeypatch.setattr(fake, "stats", lambda: None)  # what a remote backend returns
-    app = make_app()
-    async with app.run_test(size=TERMINAL) as pilot:
-        await ready(app, pilot)
-        await app.refresh_panels_now()
-        assert "lives on the server" in text_of(app, "#memory")
-        assert "lives on the server" in str(app.query_one(CacheTree).root.label)

@@ -10,8 +10,8 @@ from radixchat.chat.backend import LocalBackend
 from radixchat.config import Settings
 from radixchat.engine import Engine, EngineConfig
 from radixchat.tui.app import RadixChatApp
-from radixchat.tui.tui_config import TuiConfig
 from radixchat.tui.widgets.cache_tree import CacheTree
+from radixchat.tui.widgets.tool_call import ToolCallBlock
 from tests.tui.conftest import TERMINAL, ready, say, turn_done, wait_until
 
 pytestmark = pytest.mark.real_model
@@ -26,9 +26,7 @@ async def test_the_real_engine_streams_reuses_the_cache_and_stops(smol, tui_env)
         made.append(LocalBackend(Engine(smol[0], EngineConfig(kv_pool_tokens=4096, debug=True))))
         return made[0]
 
-    app = RadixChatApp(
-        settings, backend_factory=factory, panel_interval=None, tui_config=TuiConfig(), tools=[]
-    )
+    app = RadixChatApp(settings, backend_factory=factory, panel_interval=None)
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         assert made[0].engine.running
@@ -81,9 +79,7 @@ async def test_json_mode_on_the_real_engine_shows_schema_valid_pretty_json(smol,
     """Runs where the grammar layer is in (``grammar_for`` gives a matcher); skipped before that."""
     settings = Settings.load({"sessions_dir": str(tui_env / "sessions"), "temperature": 0, "max_tokens": 60})
     backend = LocalBackend(Engine(smol[0], EngineConfig(kv_pool_tokens=4096)))
-    app = RadixChatApp(
-        settings, backend_factory=lambda s, p: backend, panel_interval=None, tui_config=TuiConfig(), tools=[]
-    )
+    app = RadixChatApp(settings, backend_factory=lambda s, p: backend, panel_interval=None)
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         app.state.schema = {
@@ -101,3 +97,40 @@ async def test_json_mode_on_the_real_engine_shows_schema_valid_pretty_json(smol,
         assert set(value) >= {"name", "age"} and isinstance(value["age"], int)
         assert view.body.source.startswith("```json\n{\n  ")
         await pilot.press("ctrl+q")
+
+
+async def test_a_tool_call_on_the_real_engine_runs_the_calculator(smol, tui_env):
+    """SmolLM2, greedy, tool_choice naming the calculator: the grammar makes the first reply a call of it;
+    the call runs and the model answers in the one round it has left."""
+    settings = Settings.load(
+        {"sessions_dir": str(tui_env / "sessions"), "temperature": 0, "max_tokens": 40, "max_tool_rounds": 1}
+    )
+    backend = LocalBackend(Engine(smol[0], EngineConfig(kv_pool_tokens=4096)))
+    app = RadixChatApp(settings, backend_factory=lambda s, p: backend, panel_interval=None)
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        app.state.tool_choice = {"name": "calculator"}
+        await app.action_set_mode("tool")
+        assert app.mode_problem is None
+        await say(
+            app,
+            pilot,
+            "What is 12 times 7? Use the calculator.",
+        )
+        conv = app.state.conv
+        assert [m.role for m in conv.messages] == ["user", "assistant", "tool", "assistant"]
+        (call,) = conv.messages[1].tool_calls
+        assert call["name"] == "calculator" and isinstance(call["arguments"]["expression"], str)
+        block = app.query_one(ToolCallBlock)
+        assert block.has_class("-ok") or block.has_class("-error")  # whatever it wrote, the call ran
+        assert block_title_ok(block)
+        final = app.transcript.last_assistant()
+        assert "<tool_call>" not in final.body.source and final.message.finish_reason in ("stop", "length")
+        # the answer's round reused everything before the tool result
+        usage = conv.messages[-1].meta["usage"]
+        assert usage["cached_tokens"] >= len(conv.messages[0].token_ids) + len(conv.messages[1].token_ids) - 1
+        await pilot.press("ctrl+q")
+
+
+def block_title_ok(block: ToolCallBlock) -> bool:
+    return str(block.title).split(" ", 1)[1].startswith("calculator(expression=")

@@ -216,3 +216,24 @@ def test_run_app_opens_a_named_session_and_names_a_new_one(settings, monkeypatch
     assert run_app(settings, session="fresh") == 0
     (opened, _), (pending, name) = seen
     assert opened.name == "kept" and pending is None and name == "fresh"
+
+
+def test_markdown_export_shows_tool_calls_and_results_not_call_json():
+    s = SessionFile(
+        name="calc",
+        model="m",
+        mode="tool",
+        messages=[
+            {"role": "user", "content": "6*7?"},
+            {
+                "role": "assistant",
+                "content": '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>',
+                "tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}],
+            },
+            {"role": "tool", "name": "calculator", "content": "42"},
+            {"role": "assistant", "content": "It is 42."},
+        ],
+    )
+    md = session_markdown(s)
+    assert "<tool_call>" not in md
+    assert '- calls `calculator(expression="6*7")`' in md and "## Tool calculator\n\n```\n42\n```" in md

@@ -17,8 +17,16 @@ import radixchat.tui.chat_actions as chat_actions
 from radixchat.chat.modes import ModeError
 from radixchat.chat.session import SessionFile, atomic_write_text, session_path
 from radixchat.tui.app import RadixChatApp
-from radixchat.tui.tui_config import TuiConfig
-from tests.tui.conftest import FakeBackend, Script, ready, say, turn_done, wait_until
+from tests.tui.conftest import (
+    FakeBackend,
+    Script,
+    ToolFakeBackend,
+    ready,
+    say,
+    tool_call_text,
+    turn_done,
+    wait_until,
+)
 
 WIDE, NARROW = (130, 40), (80, 28)
 
@@ -46,17 +54,42 @@ def replies() -> Script:
     return Script(reply_for=reply_for)
 
 
-def app_for(settings, script: Script | None = None, **kwargs) -> RadixChatApp:
-    fake = FakeBackend(script or replies())
+def app_for(
+    settings, script: Script | None = None, backend: FakeBackend | None = None, **kwargs
+) -> RadixChatApp:
+    fake = backend or FakeBackend(script or replies())
     kwargs.setdefault("session", "demo")  # a fixed name: autosave would otherwise put the time in view
-    return RadixChatApp(
-        settings,
-        backend_factory=lambda s, p: fake,
-        panel_interval=None,
-        tui_config=TuiConfig(),
-        tools=[],
-        **kwargs,
-    )
+    return RadixChatApp(settings, backend_factory=lambda s, p: fake, panel_interval=None, **kwargs)
+
+
+def tool_plan(conv) -> str:
+    """Two calls in one round (arithmetic, then a note), then an answer that uses the results."""
+    last = conv.messages[-1]
+    if last.role == "user":
+        return (
+            tool_call_text("calculator", {"expression": "2340 * 0.17"})
+            + "\n"
+            + tool_call_text("write_session_notes", {"text": "17% of 2,340 = 397.8", "mode": "append"})
+        )
+    return "17% of 2,340 is **397.8**. I added it to this session's notes."
+
+
+def tool_app(settings) -> RadixChatApp:
+    return app_for(settings, backend=ToolFakeBackend(tool_plan), session="budget")
+
+
+async def tool_turn(pilot) -> None:
+    """One tool turn; timings fixed (they are measured), the first call expanded."""
+    app = pilot.app
+    await ready(app, pilot)
+    await app.action_set_mode("tool")
+    await say(app, pilot, "What is 17% of 2,340? Note it down.")
+    blocks = list(app.query("ToolCallBlock"))
+    for block in blocks:
+        block.set_outcome(block.result, block.error, 0.4)
+    blocks[0].collapsed = False
+    await app.refresh_panels_now()
+    await settle(pilot)
 
 
 async def two_turns(pilot) -> None:
@@ -72,7 +105,9 @@ async def two_turns(pilot) -> None:
 
 
 async def settle(pilot) -> None:
-    """Let layout and the transcript's scroll-to-bottom finish before the screenshot."""
+    """Let layout and the transcript's scroll-to-bottom finish before the screenshot, with the prompt's
+    cursor steady (it blinks every 0.5 s: a slow run would catch it off)."""
+    pilot.app.prompt.cursor_blink = False
     t = pilot.app.transcript
     seen: list[float] = []
 
@@ -90,6 +125,10 @@ def test_chat_with_live_panels(snap_compare, settings):
 
 def test_narrow_terminal_hides_the_panels(snap_compare, settings):
     assert snap_compare(app_for(settings), terminal_size=NARROW, run_before=two_turns)
+
+
+def test_a_tool_turn_with_its_call_blocks(snap_compare, settings):
+    assert snap_compare(tool_app(settings), terminal_size=WIDE, run_before=tool_turn)
 
 
 def test_help_screen(snap_compare, settings):
@@ -121,7 +160,7 @@ def test_a_stopped_reply_and_an_unavailable_mode(snap_compare, settings, monkeyp
         await app.probe_mode()
         app.update_status()
         await app.refresh_panels_now()
-        await pilot.pause()
+        await settle(pilot)
 
     assert snap_compare(app_for(settings, script), terminal_size=WIDE, run_before=run_before)
 

@@ -92,7 +92,8 @@ def test_the_installed_command_chats_switches_mode_saves_and_quits(tmux, tmp_pat
         "user",
         "assistant",
     ]
-    assert not [p for p in os.listdir(saved.parent) if p.startswith("chat-")]  # the autosave was renamed
+    # the autosave was renamed: its file goes just after the new one is written
+    wait_until_sync(lambda: not [p for p in os.listdir(saved.parent) if p.startswith("chat-")], timeout=10)
 
     tmux.keys("C-q")
     wait_until_sync(exit_file.exists, timeout=30)

@@ -1,4 +1,4 @@
-"""F1: every key binding (as currently mapped), with the ids to remap them in ``tui.toml``."""
+"""F1: every key binding (as currently mapped), with the ids to remap them in config.toml's ``[keymap]``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from textual.widgets import Markdown, Static
 INTRO = """\
 **Enter** sends the prompt; **Ctrl+J** inserts a newline (Shift+Enter and Alt+Enter too, where the
 terminal reports them). **Shift+Tab** from the prompt selects the last message, **↑/↓** walk the
-messages. Select text with the mouse to copy it. Remap any key by its id in
-`~/.config/radixchat/tui.toml`, e.g. `[keymap]` then `"mode.cycle" = "f5"`.
+messages. Select text with the mouse to copy it. Remap any key by its id in the `[keymap]` table of
+`~/.config/radixchat/config.toml`, e.g. `"mode.cycle" = "f5"`.
 """
 
 

@@ -1,45 +1,142 @@
-"""Tool mode's panel: the tools the model may call, with their parameters."""
+"""Tool mode's panel: which declared tools the model is offered, and its tool_choice."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Markdown, Static
+from textual.widgets import Button, Label, Markdown, Select, SelectionList, Static
+from textual.widgets.selection_list import Selection
+
+from radixchat.chat.tools import Tool
+from radixchat.tui.tools import CHOICES, ToolChoice
+
+CHOICE_HELP = {
+    "auto": "auto — answer, or call tools",
+    "required": "required — call at least one tool first",
+    "none": "none — answer without calling",
+}
 
 
-def tools_markdown(tools: list[dict[str, Any]], problem: str | None) -> str:
-    lines = []
-    if problem:
-        lines += [f"> **Not available yet:** {problem}", ""]
-    if not tools:
-        lines.append("No tools are registered in this build.")
-    for spec in tools:
-        fn = spec.get("function", spec)
-        lines += [f"### `{fn.get('name', '?')}`", "", fn.get("description", ""), ""]
-        params = fn.get("parameters")
-        if params:
-            lines += ["```json", json.dumps(params, indent=2), "```", ""]
+class ToolSetup(NamedTuple):
+    names: list[str]  # the offered tools, in the registry's order
+    choice: ToolChoice
+
+
+def tool_markdown(tool: Tool, command: list[str] | None = None) -> str:
+    lines = [f"### `{tool.name}`", "", tool.description or "*(no description)*", ""]
+    if tool.builtin:
+        lines += ["Built in: runs inside radixchat, never asks.", ""]
+    else:
+        shown = " ".join(command) if command else "a command"
+        lines += [f"Runs `{shown}` — asks before each call (or *always allow* it for the session).", ""]
+    lines += ["```json", json.dumps(tool.parameters, indent=2, ensure_ascii=False), "```"]
     return "\n".join(lines)
 
 
-class ToolsScreen(ModalScreen[None]):
-    CSS_PATH = "tools.tcss"
-    BINDINGS = [Binding("escape,q", "dismiss", "Close", id="tools.close")]
+def choice_value(choice: ToolChoice) -> str:
+    return f"call:{choice['name']}" if isinstance(choice, dict) else choice
 
-    def __init__(self, tools: list[dict[str, Any]], problem: str | None = None) -> None:
+
+class ToolsScreen(ModalScreen[ToolSetup | None]):
+    """Dismisses with the new ``ToolSetup``, or None when cancelled."""
+
+    CSS_PATH = "tools.tcss"
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="tools.cancel"),
+        Binding("ctrl+s", "apply", "Apply", id="tools.apply", priority=True),
+    ]
+
+    def __init__(
+        self,
+        tools: list[Tool],
+        offered: list[str],
+        choice: ToolChoice,
+        problem: str | None = None,
+        commands: dict[str, list[str]] | None = None,
+    ) -> None:
         super().__init__()
-        self.tools, self.problem = tools, problem
+        self.tools, self.offered, self.choice = tools, offered, choice
+        self.problem = problem
+        self.commands = commands or {}
 
     def compose(self) -> ComposeResult:
         with Vertical(id="tools"):
-            yield Static(
-                f"Tool mode — {len(self.tools)} tool{'' if len(self.tools) == 1 else 's'}", id="tools-title"
-            )
-            with VerticalScroll():
-                yield Markdown(tools_markdown(self.tools, self.problem))
-            yield Static("Esc closes", id="tools-hint")
+            yield Static("Tool mode — the tools the model may call", id="tools-title")
+            if self.problem:
+                yield Static(f"⚠ {self.problem}", id="tools-problem", markup=False)
+            with Horizontal(id="tools-body"):
+                yield SelectionList[str](
+                    *(
+                        Selection(
+                            f"{t.name}  ·  {'built-in' if t.builtin else 'asks first'}",
+                            t.name,
+                            t.name in self.offered,
+                            id=t.name,
+                        )
+                        for t in self.tools
+                    ),
+                    id="tools-list",
+                )
+                with VerticalScroll(id="tools-detail"):
+                    yield Markdown("", id="tools-doc")
+            with Horizontal(id="tools-choice"):
+                yield Label("tool_choice")
+                yield Select(self.choice_options(), value=choice_value(self.choice), allow_blank=False)
+            yield Static("", id="tools-error", markup=False)
+            with Horizontal(classes="buttons"):
+                yield Static("Space toggles · Ctrl+S applies · Esc cancels", id="tools-hint")
+                yield Button("Apply", variant="primary", id="apply")
+                yield Button("Cancel", id="cancel")
+
+    def choice_options(self) -> list[tuple[str, str]]:
+        named = [(f"{t.name} — always call {t.name}", f"call:{t.name}") for t in self.tools]
+        return [(CHOICE_HELP[c], c) for c in CHOICES] + named
+
+    def on_mount(self) -> None:
+        options = self.query_one(SelectionList)
+        options.focus()
+        if self.tools:
+            options.highlighted = 0
+            self.show_tool(self.tools[0])
+
+    def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
+        tool = next((t for t in self.tools if t.name == event.selection.value), None)
+        if tool is not None:
+            self.show_tool(tool)
+
+    def show_tool(self, tool: Tool) -> None:
+        self.query_one("#tools-doc", Markdown).update(tool_markdown(tool, self.commands.get(tool.name)))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply":
+            self.action_apply()
+        else:
+            self.dismiss(None)
+
+    def setup(self) -> ToolSetup:
+        """What the screen shows now; raises ValueError with what is wrong with it."""
+        chosen = set(self.query_one(SelectionList).selected)
+        names = [t.name for t in self.tools if t.name in chosen]
+        value = str(self.query_one(Select).value)
+        choice: Any = {"name": value.removeprefix("call:")} if value.startswith("call:") else value
+        if not names:
+            raise ValueError("choose at least one tool")
+        if isinstance(choice, dict) and choice["name"] not in names:
+            raise ValueError(f"tool_choice names {choice['name']}, which is not offered")
+        return ToolSetup(names, choice)
+
+    def action_apply(self) -> None:
+        try:
+            setup = self.setup()
+        except ValueError as exc:
+            self.query_one("#tools-error", Static).update(str(exc))
+            return
+        self.dismiss(setup)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -2,6 +2,8 @@
 
 Streaming uses ``Markdown.get_stream`` (write each delta, then ``stop``) and one final ``update()``:
 per-token ``update()`` is ~100x slower, and without the final update a closed code fence can stay blank.
+A reply that calls tools shows each call as a ``ToolCallBlock`` (between its text and its footer), not
+the ``<tool_call>`` JSON it wrote.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from textual.widgets import Markdown, Static
 
 from radixchat.chat.conversation import Message
 from radixchat.tui.messages import RegenerateRequested
+from radixchat.tui.tools import CallFilter, strip_calls
 from radixchat.tui.widgets.message_view import MessageView
+from radixchat.tui.widgets.tool_call import ToolCallBlock
 
 _md = MarkdownIt("commonmark")
 STREAM_INTERVAL = 1 / 15  # seconds between Markdown writes while streaming
@@ -30,35 +34,43 @@ def code_blocks(markdown: str) -> list[str]:
 
 
 def display_text(content: str, mode: str | None, tool_calls: list[dict[str, Any]] | None = None) -> str:
-    """What a reply shows: JSON-mode replies pretty-printed (when they parse), tool calls as JSON."""
+    """What a reply shows: JSON-mode replies pretty-printed (when they parse); in tool mode, or when it
+    made calls, its text without the call blocks (the transcript shows those as ``ToolCallBlock``)."""
     text = content
     if mode == "json":
         with contextlib.suppress(ValueError, TypeError):
             text = "```json\n" + json.dumps(json.loads(content), indent=2, ensure_ascii=False) + "\n```"
-    if tool_calls:
-        text += "\n\n```json\n" + json.dumps(tool_calls, indent=2, ensure_ascii=False) + "\n```"
+    if tool_calls or mode == "tool":
+        text = strip_calls(text)
     return text
 
 
 def footer_from_meta(meta: dict[str, Any], finish_reason: str | None) -> str:
-    """The ``reused N · prefilled M · TTFT x ms · y tok/s`` line from a saved message's meta."""
+    """The ``reused N · prefilled M · TTFT x ms · y tok/s`` line from a saved message's meta, as
+    ``TurnResult.footer`` writes it: a count the server did not report is unknown, not 0."""
     usage = meta.get("usage") or {}
+    prompt, cached = usage.get("prompt_tokens"), usage.get("cached_tokens")
     parts = []
-    if usage:
-        cached = usage.get("cached_tokens", 0)
-        parts += [f"reused {cached}", f"prefilled {usage.get('prompt_tokens', 0) - cached}"]
+    if prompt is not None and cached is not None:
+        parts += [f"reused {cached}", f"prefilled {prompt - cached}"]
+    elif prompt is not None:
+        parts.append(f"prompt {prompt}")
     if meta.get("ttft_ms") is not None:
         parts.append(f"TTFT {meta['ttft_ms']:.0f} ms")
     if meta.get("decode_tokens_per_s") is not None:
         parts.append(f"{meta['decode_tokens_per_s']:.0f} tok/s")
-    return decorate_footer(" · ".join(parts), finish_reason)
+    return decorate_footer(" · ".join(parts), finish_reason, meta.get("error"), bool(meta.get("partial")))
 
 
-def decorate_footer(footer: str, finish_reason: str | None, error: str | None = None) -> str:
+def decorate_footer(
+    footer: str, finish_reason: str | None, error: str | None = None, partial: bool = False
+) -> str:
     if finish_reason == "cancelled":
         footer = f"■ stopped · {footer}" if footer else "■ stopped"
     elif finish_reason == "length":
         footer = f"{footer} · hit max tokens"
+    elif partial:  # a remote stream that broke mid-reply: what came is kept
+        footer = f"▲ cut off · {footer}" if footer else "▲ cut off"
     if error:
         footer = f"{footer} · {error}" if footer else error
     return footer
@@ -71,11 +83,18 @@ class AssistantMessage(MessageView):
     ]
 
     def __init__(
-        self, message: Message, index: int, mode: str | None = None, streaming: bool = False
+        self,
+        message: Message,
+        index: int,
+        mode: str | None = None,
+        streaming: bool = False,
+        results: list[Message] | None = None,
     ) -> None:
+        """``results``: the tool messages that answer this message's calls, in order (a rebuilt view)."""
         super().__init__(message, index)
         self.mode = mode or message.meta.get("mode")
         self.streaming = streaming
+        self.results = results or []
         self._code_index = 0
         self.streamed: list[str] = []  # deltas as they arrived (for tests and copy while streaming)
 
@@ -83,7 +102,12 @@ class AssistantMessage(MessageView):
         text = (
             "" if self.streaming else display_text(self.message.content, self.mode, self.message.tool_calls)
         )
-        yield Markdown(text, classes="body")
+        body = Markdown(text, classes="body")
+        body.display = self.streaming or bool(text)
+        yield body
+        calls = [] if self.streaming else self.message.tool_calls or []
+        for i, call in enumerate(calls):
+            yield ToolCallBlock.from_messages(call, self.results[i] if i < len(self.results) else None)
         footer = (
             "generating…"
             if self.streaming
@@ -98,25 +122,39 @@ class AssistantMessage(MessageView):
         self.set_class(self.streaming, "-streaming")
 
     @property
+    def calls(self) -> list[ToolCallBlock]:
+        return list(self.query(ToolCallBlock))
+
+    @property
     def body(self) -> Markdown:
         return self.query_one(Markdown)
 
     def set_footer(self, text: str) -> None:
         self.query_one(".footer", Static).update(text)
 
-    async def stream_from(self, reply: Any, interval: float = STREAM_INTERVAL) -> None:
+    async def stream_from(
+        self, reply: Any, interval: float = STREAM_INTERVAL, hide_calls: bool = False
+    ) -> None:
         """Append the text deltas of ``reply``, at most one write per ``interval`` seconds.
 
         Each write re-renders the last Markdown block (a code fence is highlighted again), and that runs
         on the event loop holding the GIL the engine thread also needs: writing per token halved the
         decode speed on a 2-core CPU. Held-back text goes out with the next delta or at the end.
+        ``hide_calls`` (tool mode) keeps ``<tool_call>`` blocks out of the text; the footer says a call
+        is being written instead.
         """
         stream = Markdown.get_stream(self.body)
+        calls = CallFilter() if hide_calls else None
         pending: list[str] = []
         last = 0.0
         try:
             async for delta in reply:
                 self.streamed.append(delta)
+                if calls is not None:
+                    seen = calls.calls
+                    delta = calls.feed(delta)
+                    if calls.calls > seen:
+                        self.set_footer("writing a tool call…")
                 pending.append(delta)
                 now = time.monotonic()
                 if now - last >= interval:
@@ -124,18 +162,30 @@ class AssistantMessage(MessageView):
                     await stream.write("".join(pending))
                     pending.clear()
         finally:
-            if pending:
+            if calls is not None:
+                pending.append(calls.flush())
+            if "".join(pending):
                 await stream.write("".join(pending))
             await stream.stop()
 
-    async def finish(self, message: Message, footer: str, mode: str | None) -> None:
-        """The reply is over: render it once in full and show its footer."""
+    async def finish(
+        self, message: Message, footer: str, mode: str | None, calls: list[dict[str, Any]] | None = None
+    ) -> list[ToolCallBlock]:
+        """The reply is over: render it once in full and show its footer. ``calls`` (default: the
+        message's) get a pending block each, returned in order for the caller to fill in."""
         self.message, self.mode, self.streaming = message, mode, False
-        await self.body.update(display_text(message.content, mode, message.tool_calls))
+        calls = calls if calls is not None else message.tool_calls or []
+        text = display_text(message.content, mode, calls)
+        await self.body.update(text)
+        self.body.display = bool(text)
+        blocks = [ToolCallBlock(c.get("name", "?"), c.get("arguments", {})) for c in calls]
+        if blocks:
+            await self.mount_all(blocks, before=self.query_one(".footer"))
         self.set_footer(footer)
         self.remove_class("-streaming")
         self.set_class(message.finish_reason == "cancelled", "-stopped")
         self.set_class(message.finish_reason == "error", "-error")
+        return blocks
 
     def copy_text(self) -> str:
         return "".join(self.streamed) if self.streaming else self.message.content

@@ -13,6 +13,12 @@ from radixchat.tui.widgets.format import bar, percent
 
 if TYPE_CHECKING:
     from radixchat.engine.stats import EngineStats
+    from radixchat.tui.widgets.side_panel import RemoteView
+
+NOT_REPORTED = (
+    "the server reports no cached tokens\n"
+    "(SGLang: --enable-cache-report;\n vLLM: --enable-prompt-tokens-details)"
+)
 
 
 class HitRatePanel(Vertical):
@@ -34,6 +40,26 @@ class HitRatePanel(Vertical):
             f"{stats.cached_tokens:,} of {stats.prompt_tokens:,} prompt tokens reused",
         ]
         self.query_one(".numbers", Static).update("\n".join(lines))
+        self._sparkline(recent)
+
+    def show_remote(self, view: RemoteView) -> None:
+        """The server's own reports, summed by the backend (``RemoteTotals``); unknown stays unknown."""
+        totals = view.totals
+        overall = totals.hit_rate if totals is not None else None
+        lines = [
+            f"overall   {percent(overall):>5} {bar(overall or 0.0, 14)}",
+            f"last turn {percent(view.last_hit):>5} {bar(view.last_hit or 0.0, 14)}",
+        ]
+        if totals is not None and totals.cache_reports:
+            lines.append(f"{totals.cached_tokens:,} of {totals.prompt_tokens:,} prompt tokens reused")
+        elif totals is not None and totals.turns:
+            lines.append(NOT_REPORTED)
+        else:
+            lines.append("as the server reports it")
+        self.query_one(".numbers", Static).update("\n".join(lines))
+        self._sparkline(view.recent)
+
+    def _sparkline(self, recent: Sequence[float]) -> None:
         spark = self.query_one(Sparkline)
         spark.data = list(recent)
         spark.styles.width = len(recent)  # one column per turn, newest on the right

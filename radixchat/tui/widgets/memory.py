@@ -34,3 +34,8 @@ class MemoryPanel(Static):
         else:
             lines.append(f"{stats.device:<7} RSS {human_bytes(stats.process_rss)}")
         self.update("\n".join(lines))
+
+    def show_remote(self, server: str) -> None:
+        self.update(
+            f"Nothing local to show: the model, its KV pool and the device memory are on the server,\n{server}"
+        )

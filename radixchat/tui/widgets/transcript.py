@@ -19,16 +19,25 @@ class Transcript(VerticalScroll, can_focus=False):
         self.anchor()
 
     async def show(self, messages: list[Message], welcome: Welcome | None = None) -> None:
+        """Show ``messages``. The tool messages that answer an assistant message's calls are shown in that
+        message's call blocks; any other tool message is a note."""
         await self.remove_children()
         widgets = []
+        answered: set[int] = set()
         for i, m in enumerate(messages):
             if m.role == "system":
                 widgets.append(Note(f"system prompt: {m.content}", "system"))
             elif m.role == "user":
                 widgets.append(UserMessage(m, i))
             elif m.role == "assistant":
-                widgets.append(AssistantMessage(m, i))
-            else:
+                results = []
+                for j in range(i + 1, i + 1 + len(m.tool_calls or [])):
+                    if j >= len(messages) or messages[j].role != "tool":
+                        break
+                    results.append(messages[j])
+                    answered.add(j)
+                widgets.append(AssistantMessage(m, i, results=results))
+            elif i not in answered:
                 widgets.append(Note(f"tool {m.name or ''} → {m.content}", "tool"))
         if welcome is not None and not any(m.role != "system" for m in messages):
             widgets.insert(0, welcome)
