@@ -57,11 +57,14 @@ async def run_tool_turn(
     max_rounds: int = 4,
     on_reply: Callable[[Reply], Awaitable[TurnResult]] = _collect,
     on_call: Callable[[ToolCallRecord], None] | None = None,
+    should_continue: Callable[[], bool] | None = None,
 ) -> ToolTurn:
     """Add ``user_text`` (None: the conversation already ends with the user's message) and run the turn.
 
     ``tool_choice`` applies to the first round (later rounds are ``auto`` so the model can answer with
     the results); after ``max_rounds`` rounds of calls one last round with ``none`` forces a text answer.
+    ``should_continue`` is asked before every round after the first (a UI's stop button): when it says
+    no, the turn ends with the tool results appended and no further reply.
     """
     decls = [t.schema() for t in tools]
     if conv.tools != decls:
@@ -77,6 +80,8 @@ async def run_tool_turn(
     choice: str | dict = tool_choice
     turn: ToolTurn | None = None
     for round_no in range(max_rounds + 1):
+        if round_no and should_continue is not None and not should_continue():
+            break
         if round_no == max_rounds:
             choice = "none"
         grammar = await asyncio.to_thread(grammar_for, backend, "tool", tools=decls, tool_choice=choice)

@@ -209,6 +209,10 @@ async def run_command(cfg: UserToolConfig, args: dict[str, Any]) -> str:
         _kill(proc)
         await proc.wait()
         raise ToolError(f"output exceeded {cfg.max_output_bytes} bytes") from None
+    except asyncio.CancelledError:  # the turn was stopped or the app is quitting: never leave it running
+        _kill(proc)
+        await proc.wait()
+        raise
     if proc.returncode != 0:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
         raise ToolError(f"exited with status {proc.returncode}" + (f": {tail[0][:200]}" if tail[0] else ""))

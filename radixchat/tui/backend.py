@@ -32,7 +32,7 @@ def load_backend(settings: Settings, progress: Progress) -> ChatBackend:
     from radixchat.chat.backend import LocalBackend
     from radixchat.engine import Engine
 
-    return LocalBackend(Engine.from_settings(settings, progress=progress))
+    return LocalBackend(Engine.from_settings(settings, progress=progress), cache_dir=settings.cache_dir)
 
 
 async def start_backend(backend: Any) -> None:

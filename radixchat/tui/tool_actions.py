@@ -230,6 +230,7 @@ class ToolActions(_Base):
                 max_rounds=self.settings.max_tool_rounds,
                 on_reply=on_reply,
                 on_call=on_call,
+                should_continue=lambda: not control.stopped,
             )
             result = turn.final
         except Exception as exc:  # a request refused, a backend failure: the turn ends here

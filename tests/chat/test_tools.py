@@ -273,3 +273,37 @@ async def test_each_tool_round_reuses_everything_before_it(smol):
     engine.core.check_integrity()
     await asyncio.sleep(0)
     assert torch.is_grad_enabled()  # the engine thread's no-grad setting does not leak into the loop
+
+
+async def test_cancelling_a_running_user_tool_kills_its_process(tmp_path):
+    import os
+
+    pidfile = tmp_path / "pid"
+    cfg = py_tool(tmp_path, f"import os\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)",
+                  timeout_s=120)
+    task = asyncio.ensure_future(call_user(cfg))
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        await asyncio.sleep(0.05)
+    pid = int(pidfile.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.real_model
+async def test_should_continue_stops_before_the_next_round(smol):
+    engine = Engine(smol[0], EngineConfig(kv_pool_tokens=4096))
+    reg = ToolRegistry()
+    async with engine:
+        backend = LocalBackend(engine)
+        conv = backend.new_conversation()
+        turn = await run_tool_turn(
+            backend, conv, "Compute 2+2.", SamplingParams(max_tokens=60), reg.select(["calculator"]), reg,
+            ToolContext(), deny_all, tool_choice={"name": "calculator"}, should_continue=lambda: False,
+        )
+    assert len(turn.rounds) == 1 and turn.calls  # the call ran, its result is in, no second reply
+    assert conv.messages[-1].role == "tool"
