@@ -82,6 +82,9 @@ class SessionFile(BaseModel):
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     messages: list[SessionMessage] = Field(default_factory=list)  # the active branch
     branches: list[SessionBranch] = Field(default_factory=list)  # the others (edit / regenerate)
+    active_branch_label: str = "main"
+    active_branch_index: int = Field(0, ge=0)  # where the active branch sits among all of them
+    tool_choice: str | dict[str, Any] = "auto"  # tool mode: auto | required | none | {"name": TOOL}
     notes: str = ""  # scratch text for the session-notes tools
     created_at: datetime = Field(default_factory=now)
     updated_at: datetime = Field(default_factory=now)

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from radixchat.chat.conversation import ChatFormat
 
 HIT_HISTORY = 30  # turns kept for the hit-rate sparkline
-ACTIVE_LABEL = "active when saved"  # the file keeps no label for its active branch
 
 
 @dataclass(slots=True)
@@ -174,6 +173,9 @@ class ChatState:
                 for i, b in enumerate(self.branches)
                 if i != self.active
             ],
+            active_branch_label=self.branches[self.active].label,
+            active_branch_index=self.active,
+            tool_choice=self.tool_choice,
         )
 
     def adopt(self, session: SessionFile) -> None:
@@ -186,7 +188,7 @@ class ChatState:
         self.system_prompt = session.system_prompt
         self.sampling = session.sampling.model_copy()
         self.tool_names = list(session.tools) or None
-        self.tool_choice = "auto"
+        self.tool_choice = session.tool_choice
         self.allowed_tools.clear()
         self.tool_ctx = ToolContext(notes=session.notes)
         self.hit_history.clear()
@@ -208,5 +210,6 @@ class ChatState:
             for b in session.branches
         ]
         active = conversation_from_session(session, fmt, model, tools)
-        branches.append(Branch(active, ACTIVE_LABEL if branches else "main"))
-        self.branches, self.active, self.editing = branches, len(branches) - 1, None
+        index = min(session.active_branch_index, len(branches))
+        branches.insert(index, Branch(active, session.active_branch_label))
+        self.branches, self.active, self.editing = branches, index, None

@@ -210,3 +210,11 @@ def test_the_example_sessions_in_the_repository_load():
     assert examples
     for path in examples:
         assert load_session(path).messages
+
+
+def test_tool_choice_and_active_branch_round_trip(tmp_path):
+    s = SessionFile(name="t", model=MODEL, mode="tool", tools=["calculator"], tool_choice={"name": "calculator"},
+                    active_branch_label="edited", active_branch_index=1)
+    again = load_session(save_session(s, tmp_path / "t.json"))
+    assert again.tool_choice == {"name": "calculator"} and again.tools == ["calculator"]
+    assert (again.active_branch_label, again.active_branch_index) == ("edited", 1)
