@@ -35,14 +35,15 @@ def _lark_order(t: Terminal) -> tuple:
     return (-t.priority, -t.max_width, -t.value_len, t.name)
 
 
-def _overlap(a: ByteDFA, b: ByteDFA) -> bytes | None:
-    """A shortest string both DFAs accept, or None."""
+def _product_search(a: ByteDFA, b: ByteDFA, goal) -> bytes | None:
+    """Breadth-first over pairs of states reached by the same bytes; the shortest string whose pair
+    satisfies ``goal(x, y)`` (the start pair excluded), or None."""
     start = (0, 0)
     prev: dict = {start: None}
     q = deque([start])
     while q:
         x, y = q.popleft()
-        if a.accept[x] and b.accept[y]:
+        if (x, y) != start and goal(x, y):
             out = bytearray()
             node = (x, y)
             while prev[node] is not None:
@@ -58,27 +59,14 @@ def _overlap(a: ByteDFA, b: ByteDFA) -> bytes | None:
     return None
 
 
+def _overlap(a: ByteDFA, b: ByteDFA) -> bytes | None:
+    """A shortest non-empty string both DFAs accept, or None."""
+    return _product_search(a, b, lambda x, y: a.accept[x] and b.accept[y])
+
+
 def _prefix_conflict(first: ByteDFA, second: ByteDFA) -> bytes | None:
     """A string ``first`` accepts after which ``second`` could still go on, or None."""
-    start = (0, 0)
-    prev: dict = {start: None}
-    q = deque([start])
-    while q:
-        x, y = q.popleft()
-        if (x, y) != start and first.accept[x] and any(t >= 0 for t in second.rows[y]):
-            out = bytearray()
-            node = (x, y)
-            while prev[node] is not None:
-                node, byte = prev[node]
-                out.append(byte)
-            return bytes(reversed(out))
-        ra, rb = first.rows[x], second.rows[y]
-        for byte in range(256):
-            nx, ny = ra[byte], rb[byte]
-            if nx >= 0 and ny >= 0 and (nx, ny) not in prev:
-                prev[(nx, ny)] = ((x, y), byte)
-                q.append((nx, ny))
-    return None
+    return _product_search(first, second, lambda x, y: first.accept[x] and any(t >= 0 for t in second.rows[y]))
 
 
 def _unbounded(d: ByteDFA) -> bool:
