@@ -152,8 +152,9 @@ class LocalBackend:
     def constraint(
         self, mode: Mode, *, schema: Any = None, tools: list[dict] | None = None, tool_choice: str | dict = "auto"
     ) -> TokenMatcher:
-        """A fresh grammar matcher for one reply in ``mode`` (see ``modes.grammar_for``)."""
-        return self.grammars.matcher(mode, schema, tools, tool_choice)
+        """A fresh grammar matcher for one reply in ``mode`` (see ``modes.grammar_for``). Compiled on the
+        engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
+        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice)
 
     def reply(self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None) -> LocalReply:
         """Start generating the reply to the conversation's last message (raises RequestError).

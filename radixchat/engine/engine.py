@@ -1,19 +1,25 @@
 """Engine: the public async API over EngineCore.
 
-One dedicated worker thread runs every model step (torch releases the GIL, so the asyncio loop — and a
-Textual UI on it — stays responsive). The worker owns all engine state; other threads only enqueue
-requests, flag cancellations, and read ``stats()`` under a lock that the worker drops while the model
-computes. Events go back to each request's event loop with ``call_soon_threadsafe``.
+One dedicated thread does all of the engine's torch work: it loads the model, builds the pool, runs
+every step, and runs jobs handed to it with ``call`` (grammar compilation) between steps. torch
+releases the GIL, so the asyncio loop — and a Textual UI on it — stays responsive. The thread owns all
+engine state; other threads only enqueue requests and jobs, flag cancellations, and read ``stats()``
+under a lock that the thread drops while the model computes. Events go back to each request's event loop
+with ``call_soon_threadsafe``, one call per step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import psutil
 import torch
@@ -34,6 +40,7 @@ from radixchat.engine.stats import EngineStats, LastRequest, TreeNodeView
 from radixchat.errors import EngineStoppedError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -93,31 +100,67 @@ class RequestHandle:
 
 
 class Engine:
-    """Load a model, then ``await start()``, ``submit()`` requests, ``await stop()``."""
+    """Load a model, then ``await start()``, ``submit()`` requests, ``await stop()``.
 
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
-        self.loaded = loaded
-        self.core = EngineCore(loaded, config)
+    Every torch operation of the engine (loading, building the pool, each step, grammar compilation via
+    ``call``) runs on the engine's one thread. That is for speed, not tidiness: with PyTorch's OpenMP
+    runtime, each thread that runs parallel kernels gets its own pool of worker threads, and once the
+    process has more of those than cores, libgomp stops spinning between kernels. Measured on the
+    2-core CI machine: a small decode-step matmul costs 63 us from the only torch thread and 170 us when
+    a second thread has used torch, which made decoding 40% slower.
+    """
+
+    def __init__(
+        self, loaded: LoadedModel | Callable[[], LoadedModel], config: EngineConfig | None = None
+    ) -> None:
         self._cv = threading.Condition()
         self._state_lock = threading.Lock()  # held by the worker except during forward + sampling
+        self._jobs: list[tuple[Future, Callable[[], Any]]] = []
         self._inbox: list[tuple[Request, RequestHandle]] = []
         self._handles: dict[int, RequestHandle] = {}
-        self._thread: threading.Thread | None = None
+        self._serving = False
         self._stopping = False
+        self._closed = False
         self._last: LastRequest | None = None
         self._snippets: dict[tuple[int, ...], str] = {}
+        self.core: EngineCore | None = None  # type: ignore[assignment]
+        self._thread = threading.Thread(target=self._worker, name="radixchat-engine", daemon=True)
+        self._thread.start()
+        try:
+            self.loaded: LoadedModel = loaded if isinstance(loaded, LoadedModel) else self.call(loaded)
+            self.core = self.call(EngineCore, self.loaded, config)
+        except BaseException:
+            self._shutdown()
+            raise
 
     @classmethod
     def from_settings(cls, settings, progress: Callable[[str], None] | None = None) -> Engine:  # noqa: ANN001
-        """Load the model named by ``settings`` (a ``radixchat.config.Settings``) and build an engine."""
-        loaded = load_model(
-            settings.model,
-            device=settings.device,
-            dtype=settings.dtype,
-            cache_dir=settings.cache_dir,
-            progress=progress,
+        """Load the model named by ``settings`` (a ``radixchat.config.Settings``) and build an engine.
+
+        ``progress`` is called from the engine's thread."""
+        return cls(
+            functools.partial(
+                load_model,
+                settings.model,
+                device=settings.device,
+                dtype=settings.dtype,
+                cache_dir=settings.cache_dir,
+                progress=progress,
+            ),
+            engine_config(settings),
         )
-        return cls(loaded, engine_config(settings))
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` on the engine's thread (between steps) and return its result; blocks the caller."""
+        if threading.current_thread() is self._thread:
+            return fn(*args, **kwargs)
+        future: Future = Future()
+        with self._cv:
+            if self._closed:
+                raise EngineStoppedError("the engine is stopped")
+            self._jobs.append((future, functools.partial(fn, *args, **kwargs)))
+            self._cv.notify()
+        return future.result()
 
     # -- properties -----------------------------------------------------------------------------------
 
@@ -135,28 +178,28 @@ class Engine:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._serving and self._thread.is_alive()
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.running:
-            return
-        self._stopping = False
-        self._thread = threading.Thread(target=self._worker, name="radixchat-engine", daemon=True)
-        self._thread.start()
+        if self._closed:
+            raise EngineStoppedError("the engine was stopped; build a new one")
+        self._serving = True
 
     async def stop(self) -> None:
-        """Cancel everything in flight, let the worker finish its step, and join it."""
-        if self._thread is None:
-            return
+        """Cancel everything in flight, let the worker finish its step, and end its thread."""
+        self._serving = False
         for handle in list(self._handles.values()):
             handle.request.cancelled = True
+        await asyncio.get_running_loop().run_in_executor(None, self._shutdown)
+
+    def _shutdown(self) -> None:
         with self._cv:
             self._stopping = True
             self._cv.notify()
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-        self._thread = None
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
     async def __aenter__(self) -> Engine:
         await self.start()
@@ -206,17 +249,39 @@ class Engine:
     # -- the worker thread ----------------------------------------------------------------------------
 
     def _worker(self) -> None:
-        core = self.core
         torch.set_grad_enabled(False)
-        while True:
+        try:
+            self._serve()
+        finally:
             with self._cv:
-                while not self._inbox and not core.has_work and not self._stopping:
-                    if core.cfg.debug:
+                self._closed = True
+                jobs, self._jobs = self._jobs, []
+            for future, _ in jobs:
+                future.set_exception(EngineStoppedError("the engine is stopped"))
+
+    def _serve(self) -> None:
+        while True:
+            core = self.core
+            with self._cv:
+                while not (self._jobs or self._inbox or self._stopping or (core is not None and core.has_work)):
+                    if core is not None and core.cfg.debug:
                         with self._state_lock:
                             core.check_integrity()
                     self._cv.wait()
+                jobs, self._jobs = self._jobs, []
                 inbox, self._inbox = self._inbox, []
                 stopping = self._stopping
+            for future, job in jobs:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(job())
+                    except BaseException as exc:  # handed to the caller of call()
+                        future.set_exception(exc)
+            core = self.core
+            if core is None:
+                if stopping:
+                    return
+                continue
             for req, handle in inbox:
                 self._handles[req.rid] = handle
                 if stopping:
@@ -224,6 +289,9 @@ class Engine:
                 core.add(req)
             if stopping and not core.has_work:
                 return
+            if not core.has_work:
+                continue
+            started = time.perf_counter()
             try:
                 with self._state_lock:
                     batch, events = core.schedule()
@@ -236,6 +304,7 @@ class Engine:
                 with self._state_lock:
                     events = core.abort_all(f"engine error: {type(exc).__name__}: {exc}")
             self._deliver(events)
+            core.step_s += time.perf_counter() - started
 
     def _deliver(self, events: list[tuple[Request, Event]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[RequestHandle, Event]]] = {}

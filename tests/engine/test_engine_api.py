@@ -161,6 +161,21 @@ async def test_submit_before_start_raises(tiny_models):
     engine = Engine(tiny_models["llama"][0], EngineConfig(kv_pool_tokens=64))
     with pytest.raises(EngineStoppedError):
         engine.submit([1, 2], SamplingParams())
+    await engine.stop()
+    with pytest.raises(EngineStoppedError, match="stopped"):
+        await engine.start()
+    with pytest.raises(EngineStoppedError):
+        engine.call(lambda: 1)
+
+
+async def test_work_handed_to_the_engine_runs_on_its_thread(tiny_engine):
+    import threading
+
+    assert tiny_engine.call(threading.current_thread).name == "radixchat-engine"
+    with pytest.raises(ZeroDivisionError):
+        tiny_engine.call(lambda: 1 / 0)
+    comp = await tiny_engine.generate([1, 2, 3], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert len(comp.token_ids) == 3
 
 
 async def test_seeded_sampling_is_reproducible_and_batch_independent(tiny_engine):
