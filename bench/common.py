@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +32,41 @@ class Models:
     tokenizer: Any
 
 
-def load_models() -> Models:
+def isolated(fn, *args, **kwargs):
+    """Run ``fn`` on a fresh thread that ends afterwards, and return its result.
+
+    Fairness rule of these benchmarks: at any moment only one live thread has run torch kernels (an
+    engine's own thread, or one of these). With PyTorch's OpenMP runtime each such thread keeps a worker
+    pool, and with more pool threads than cores every kernel in every thread gets slower (see
+    radixchat/engine/engine.py). The main thread therefore never runs torch; baselines measured next to
+    a live engine run on the engine's thread (``Engine.call``)."""
+    box: dict = {}
+
+    def target() -> None:
+        torch.set_grad_enabled(False)
+        try:
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as exc:  # re-raised in the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="bench-torch")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _load() -> Models:
     from transformers import AutoModelForCausalLM
 
-    torch.set_grad_enabled(False)
     loaded = load_model("smollm2", device="cpu", dtype="float32", cache_dir=default_cache_dir())
     ref = AutoModelForCausalLM.from_pretrained(loaded.path, dtype=torch.float32, attn_implementation="sdpa").eval()
     return Models(loaded, ref, loaded.tokenizer)
+
+
+def load_models() -> Models:
+    return isolated(_load)
 
 
 def long_text(tokenizer, n_tokens: int, seed_words: str = SYSTEM_WORDS) -> str:

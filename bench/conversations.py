@@ -9,7 +9,7 @@ import asyncio
 import time
 import warnings
 
-from bench.common import Models, Report, hf_generate, long_text, median
+from bench.common import Models, Report, hf_generate, isolated, long_text, median
 from radixchat.chat.backend import LocalBackend
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
@@ -84,15 +84,15 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
         "radixchat": lambda: asyncio.run(_radix(models, system, EngineConfig(**base_cfg))),
         "radixchat, radix cache off": lambda: asyncio.run(
             _radix(models, system, EngineConfig(**base_cfg, radix_cache=False))),
-        "generate, full history, sequential": lambda: _generate_full_history(models, system),
+        "generate, full history, sequential": lambda: isolated(_generate_full_history, models, system),
     }
     ablations = {
         "lpm, chunk 512, pool 16384 (default)": EngineConfig(**base_cfg),
         "fcfs": EngineConfig(**base_cfg, schedule_policy="fcfs"),
         "chunk 64": EngineConfig(**base_cfg, chunked_prefill_size=64),
         "chunk 2048": EngineConfig(**base_cfg, chunked_prefill_size=2048),
-        "pool 1536 (forces eviction)": EngineConfig(kv_pool_tokens=1536, max_running_requests=16),
-        "pool 700 (forces retraction)": EngineConfig(kv_pool_tokens=700, max_running_requests=16),
+        "pool 1100 (forces eviction)": EngineConfig(kv_pool_tokens=1100, max_running_requests=16),
+        "pool 560 (forces retraction)": EngineConfig(kv_pool_tokens=560, max_running_requests=16),
     }
     res_main: dict[str, list[dict]] = {k: [] for k in main}
     res_abl: dict[str, list[dict]] = {k: [] for k in ablations}

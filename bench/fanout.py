@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from bench.common import FirstTokenStreamer, Models, Report, hf_generate, long_text, median, pct
+from bench.common import FirstTokenStreamer, Models, Report, hf_generate, isolated, long_text, median, pct
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
 QUESTIONS = [
@@ -108,9 +108,9 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
     prompts = prompts_for(models, doc)
     peers = {
         "radixchat": lambda: asyncio.run(_radix(models, prompts)),
-        "generate_sequential": lambda: _sequential(models, prompts),
-        "generate_static_batch8": lambda: _static(models, prompts),
-        "generate_batch (transformers CB)": lambda: _generate_batch(models, prompts),
+        "generate_sequential": lambda: isolated(_sequential, models, prompts),
+        "generate_static_batch8": lambda: isolated(_static, models, prompts),
+        "generate_batch (transformers CB)": lambda: isolated(_generate_batch, models, prompts),
     }
     results: dict[str, list[dict]] = {k: [] for k in peers}
     errors: dict[str, str] = {}

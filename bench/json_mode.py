@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from bench.common import Models, Report, median, pct
+from bench.common import Models, Report, isolated, median, pct
 from bench.grammar_bench import WORKLOAD, compile_times
 from radixchat.chat.backend import LocalBackend
 from radixchat.chat.modes import grammar_for
@@ -100,19 +100,21 @@ async def _e2e(models: Models, concurrency: int, rounds: int) -> tuple[float, fl
     return median(con), median(unc)
 
 
-def run(models: Models, repeats: int = 3) -> list[Report]:
-    warnings.filterwarnings("ignore")
+def _masks(models: Models):
     tok = models.tokenizer
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         info = TokenizerInfo.from_tokenizer(tok, vocab_size=models.loaded.vocab_size, eos_ids=sorted(models.loaded.eos_ids))
         workload = _documents(tok)
-        ours = _ours(info, workload)
-        xg = _xgrammar(tok, models.loaded.vocab_size, workload)
-        comp = compile_times(info, 12)
+        return _ours(info, workload), _xgrammar(tok, models.loaded.vocab_size, workload), compile_times(info, 12)
     finally:
         torch.set_num_threads(threads)
+
+
+def run(models: Models, repeats: int = 3) -> list[Report]:
+    warnings.filterwarnings("ignore")
+    ours, xg, comp = isolated(_masks, models)
     masks = Report("JSON masks: latency per step after warm-up (us), same schemas and token sequences, one thread")
     for name, lat in [("radixchat.grammar", ours), ("xgrammar", xg)]:
         if isinstance(lat, str):

@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from bench.common import Models, Report, hf_generate, long_text, median
+from bench.common import Models, Report, hf_generate, isolated, long_text, median
 from radixchat.chat.backend import LocalBackend
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
@@ -64,14 +64,15 @@ async def _conversation(models: Models, system: str, report_rows: list[dict], re
     async with engine:
         backend = LocalBackend(engine)
         conv = backend.new_conversation(system=system)
-        dyn = DynamicCacheChat(models.ref, models.loaded.eos_ids)
+        dyn = engine.call(DynamicCacheChat, models.ref, models.loaded.eos_ids)
         for turn, question in enumerate(QUESTIONS):
             conv.add_user(question)
             prompt = conv.ids
             result = await backend.reply(conv, SamplingParams(max_tokens=NEW_TOKENS)).result()
             radix_ids = conv.messages[-1].token_ids
-            dyn_ids, dyn_ttft = dyn.turn(prompt, NEW_TOKENS)
-            gen_ids, gen_ttft, _ = hf_generate(models.ref, prompt, NEW_TOKENS, stop_at_eos=True)
+            # The baselines run on the engine's thread (see bench.common.isolated).
+            dyn_ids, dyn_ttft = engine.call(dyn.turn, prompt, NEW_TOKENS)
+            gen_ids, gen_ttft, _ = engine.call(hf_generate, models.ref, prompt, NEW_TOKENS, stop_at_eos=True)
             report_rows.append(
                 dict(
                     repeat=repeat,
@@ -142,7 +143,7 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
     prompts8 = [prompt[:-3] + tok.encode(f" variant {i}", add_special_tokens=False) + prompt[-3:] for i in range(8)]
     gen_rates, one_rates, eight_rates = [], [], []
     for _ in range(repeats):
-        ids, ttft, total = hf_generate(models.ref, prompt, 64)
+        ids, ttft, total = isolated(hf_generate, models.ref, prompt, 64)
         gen_rates.append((len(ids) - 1) / (total - ttft))
         one_rates.append(asyncio.run(_decode(models, [prompt], 64)))
         eight_rates.append(asyncio.run(_decode(models, prompts8, 64)))
