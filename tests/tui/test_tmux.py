@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -68,6 +69,12 @@ def test_the_installed_command_chats_switches_mode_saves_and_quits(tmux, tmp_pat
     tmux.keys("Enter")
     screen = tmux.wait_for("reused 0 · prefilled")
     assert "What is the capital of France?" in screen and "tok/s" in screen
+
+    tmux.keys("And of Germany?")  # the second turn reuses the first from the cache
+    tmux.keys("Enter")
+    reused = re.compile(r"reused ([1-9][0-9]*) · prefilled")
+    wait_until_sync(lambda: reused.search(tmux.screen()) is not None, timeout=60)
+    assert int(reused.search(tmux.screen()).group(1)) > 20
 
     def mode() -> str:  # the badge that starts the status line
         lines = [ln for ln in tmux.screen().splitlines() if "SmolLM2-135M-Instruct · " in ln]
