@@ -1,4 +1,4 @@
-"""Modes: switching (key and palette), always visible, ModeError shown clearly, JSON schema UI (tool mode: test_tools.py)."""
+"""Modes: switching (key and palette), always visible, ModeError shown clearly, JSON schema UI (tool mode: test_tool_mode.py)."""
 
 from __future__ import annotations
 
