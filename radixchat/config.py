@@ -114,8 +114,8 @@ class Settings(BaseSettings):
     debug: bool = Field(False, description="check cache integrity whenever the engine goes idle")
 
     # -- default sampling -----------------------------------------------------------------------------
-    temperature: float = Field(0.7, ge=0.0, le=5.0, description="sampling temperature (0 = greedy)")
-    top_p: float = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling mass")
+    temperature: float = Field(0.2, ge=0.0, le=5.0, description="sampling temperature (0 = greedy)")
+    top_p: float = Field(0.9, gt=0.0, le=1.0, description="nucleus sampling mass")
     top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0 = off)")
     repetition_penalty: float = Field(
         1.1, gt=0.0, le=5.0, description="penalty for repeated tokens (1 = off)"
