@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -88,7 +88,10 @@ class Settings(BaseSettings):
         60.0, gt=0.0, le=3600.0, description="seconds a remote server may stay silent before a reply fails"
     )
     remote_retries: int = Field(
-        2, ge=0, le=10, description="retries with backoff while a remote server is unreachable or busy (429, 5xx)"
+        2,
+        ge=0,
+        le=10,
+        description="retries with backoff while a remote server is unreachable or busy (429, 5xx)",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the model runs")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -152,7 +155,7 @@ class Settings(BaseSettings):
         return value.expanduser()
 
     # The TOML file path is chosen at load time (``--config``), so it is threaded through a class var.
-    _toml_file: Path | None = None
+    _toml_file: ClassVar[Path | None] = None
 
     @classmethod
     def settings_customise_sources(

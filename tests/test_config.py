@@ -21,6 +21,13 @@ def test_defaults():
     assert s.model == "smollm2" and s.device == "auto" and s.schedule_policy == "lpm" and s.radix_cache
 
 
+def test_settings_can_be_built_directly(monkeypatch):
+    """Library users write ``Settings(...)``: env vars apply, no config file is read."""
+    monkeypatch.setenv("RADIXCHAT_TOP_K", "5")
+    s = Settings(max_tokens=9)
+    assert (s.max_tokens, s.top_k, s.model) == (9, 5, "smollm2")
+
+
 def test_precedence_defaults_file_env_flags(tmp_path, monkeypatch):
     cfg = tmp_path / "c.toml"
     cfg.write_text('max_tokens = 100\ntemperature = 0.5\ntop_k = 7\nschedule_policy = "fcfs"\n')
