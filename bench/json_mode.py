@@ -62,7 +62,11 @@ def _xgrammar(tok, vocab_size, workload) -> list[float] | str:
     bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
     lat = []
     for _name, schema, docs in workload:
-        cg = compiler.compile_builtin_json_grammar() if schema is None else compiler.compile_json_schema(json.dumps(schema))
+        cg = (
+            compiler.compile_builtin_json_grammar()
+            if schema is None
+            else compiler.compile_json_schema(json.dumps(schema))
+        )
         for i, ids in enumerate(docs):
             m = xgr.GrammarMatcher(cg)
             for tid in ids:
@@ -90,12 +94,17 @@ async def _e2e(models: Models, concurrency: int, rounds: int) -> tuple[float, fl
         for _ in range(rounds):
             grammars = [grammar_for(backend, "json", schema) for _ in prompts]
             t0 = time.perf_counter()
-            cres = await asyncio.gather(*(engine.generate(p, SamplingParams(max_tokens=64), g)
-                                          for p, g in zip(prompts, grammars)))
+            cres = await asyncio.gather(
+                *(engine.generate(p, SamplingParams(max_tokens=64), g) for p, g in zip(prompts, grammars))
+            )
             con.append(sum(len(r.token_ids) for r in cres) / (time.perf_counter() - t0))
             t0 = time.perf_counter()
-            ures = await asyncio.gather(*(engine.generate(p, SamplingParams(max_tokens=len(r.token_ids), ignore_eos=True))
-                                          for p, r in zip(prompts, cres)))
+            ures = await asyncio.gather(
+                *(
+                    engine.generate(p, SamplingParams(max_tokens=len(r.token_ids), ignore_eos=True))
+                    for p, r in zip(prompts, cres)
+                )
+            )
             unc.append(sum(len(r.token_ids) for r in ures) / (time.perf_counter() - t0))
     return median(con), median(unc)
 
@@ -105,9 +114,15 @@ def _masks(models: Models):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        info = TokenizerInfo.from_tokenizer(tok, vocab_size=models.loaded.vocab_size, eos_ids=sorted(models.loaded.eos_ids))
+        info = TokenizerInfo.from_tokenizer(
+            tok, vocab_size=models.loaded.vocab_size, eos_ids=sorted(models.loaded.eos_ids)
+        )
         workload = _documents(tok)
-        return _ours(info, workload), _xgrammar(tok, models.loaded.vocab_size, workload), compile_times(info, 12)
+        return (
+            _ours(info, workload),
+            _xgrammar(tok, models.loaded.vocab_size, workload),
+            compile_times(info, 12),
+        )
     finally:
         torch.set_num_threads(threads)
 
@@ -115,14 +130,32 @@ def _masks(models: Models):
 def run(models: Models, repeats: int = 3) -> list[Report]:
     warnings.filterwarnings("ignore")
     ours, xg, comp = isolated(_masks, models)
-    masks = Report("JSON masks: latency per step after warm-up (us), same schemas and token sequences, one thread")
+    masks = Report(
+        "JSON masks: latency per step after warm-up (us), same schemas and token sequences, one thread"
+    )
     for name, lat in [("radixchat.grammar", ours), ("xgrammar", xg)]:
         if isinstance(lat, str):
-            masks.row(matcher=name, steps=0, p50=float("nan"), p90=float("nan"), p99=float("nan"),
-                      mean=float("nan"), max=float("nan"), note=lat)
+            masks.row(
+                matcher=name,
+                steps=0,
+                p50=float("nan"),
+                p90=float("nan"),
+                p99=float("nan"),
+                mean=float("nan"),
+                max=float("nan"),
+                note=lat,
+            )
             continue
-        masks.row(matcher=name, steps=len(lat), p50=pct(lat, 50), p90=pct(lat, 90), p99=pct(lat, 99),
-                  mean=statistics.fmean(lat), max=max(lat), note="")
+        masks.row(
+            matcher=name,
+            steps=len(lat),
+            p50=pct(lat, 50),
+            p90=pct(lat, 90),
+            p99=pct(lat, 99),
+            mean=statistics.fmean(lat),
+            max=max(lat),
+            note="",
+        )
     masks.summary = {
         "our mask p99 (target <= 1000 us)": pct(ours, 99),
         "schema compile to first mask p50 ms (target <= 200)": comp["p50_ms"],
@@ -132,6 +165,8 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
     for conc in (1, 8):
         c, u = asyncio.run(_e2e(models, conc, repeats))
         e2e.row(streams=conc, json_mode=c, unconstrained=u, ratio=c / u)
-    e2e.summary = {"JSON mode / unconstrained, 1 stream (target >= 0.95)": e2e.rows[0]["ratio"],
-                   "JSON mode / unconstrained, 8 streams": e2e.rows[1]["ratio"]}
+    e2e.summary = {
+        "JSON mode / unconstrained, 1 stream (target >= 0.95)": e2e.rows[0]["ratio"],
+        "JSON mode / unconstrained, 8 streams": e2e.rows[1]["ratio"],
+    }
     return [masks, e2e]

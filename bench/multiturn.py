@@ -47,7 +47,9 @@ class DynamicCacheChat:
         assert prompt[: len(self.ids)] == self.ids, "history must be a prefix"
         new = prompt[len(self.ids) :]
         t0 = time.perf_counter()
-        out = self.ref(input_ids=torch.tensor([new]), past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        out = self.ref(
+            input_ids=torch.tensor([new]), past_key_values=self.cache, use_cache=True, logits_to_keep=1
+        )
         tok = int(out.logits[0, -1].argmax())
         ttft = time.perf_counter() - t0
         gen = [tok]
@@ -137,11 +139,16 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
 
     decode = Report("decode speed (tokens/s, median over repeats)")
     prompt = tok.encode(
-        tok.apply_chat_template([{"role": "user", "content": "Tell me a long story about a lighthouse."}],
-                                add_generation_prompt=True, tokenize=False),
+        tok.apply_chat_template(
+            [{"role": "user", "content": "Tell me a long story about a lighthouse."}],
+            add_generation_prompt=True,
+            tokenize=False,
+        ),
         add_special_tokens=False,
     )
-    prompts8 = [prompt[:-3] + tok.encode(f" variant {i}", add_special_tokens=False) + prompt[-3:] for i in range(8)]
+    prompts8 = [
+        prompt[:-3] + tok.encode(f" variant {i}", add_special_tokens=False) + prompt[-3:] for i in range(8)
+    ]
     gen_rates, one_rates, one_walls, eight_walls = [], [], [], []
     for _ in range(repeats):
         ids, ttft, total = isolated(hf_generate, models.ref, prompt, 64)
@@ -151,11 +158,14 @@ def run(models: Models, repeats: int = 3) -> list[Report]:
         one_rates.append(rate)
         eight_walls.append(asyncio.run(_decode(models, prompts8, 64))[0])
     decode.row(
-        generate_decode=median(gen_rates), radixchat_decode=median(one_rates),
-        radixchat_1_from_submit=median(one_walls), radixchat_8_aggregate_from_submit=median(eight_walls),
+        generate_decode=median(gen_rates),
+        radixchat_decode=median(one_rates),
+        radixchat_1_from_submit=median(one_walls),
+        radixchat_8_aggregate_from_submit=median(eight_walls),
     )
     decode.summary = {
         "single stream decode radixchat / generate (target >= 1.0)": median(one_rates) / median(gen_rates),
-        "8 streams aggregate / single stream, both from submit (target >= 4)": median(eight_walls) / median(one_walls),
+        "8 streams aggregate / single stream, both from submit (target >= 4)": median(eight_walls)
+        / median(one_walls),
     }
     return [turns, decode]

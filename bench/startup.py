@@ -52,7 +52,9 @@ def once(radixchat: str) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     radixchat = shutil.which("radixchat") or str(Path(sys.executable).with_name("radixchat"))

@@ -69,9 +69,11 @@ class BatchLine(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> BatchLine:
         if self.session is not None and self.system is not None:
-            raise ValueError("'system' and 'session' cannot both be given (the session has its system prompt)")
+            raise ValueError(
+                "'system' and 'session' cannot both be given (the session has its system prompt)"
+            )
         if self.json_schema is not None and self.mode != "json":
-            raise ValueError("'schema' needs \"mode\": \"json\"")
+            raise ValueError('\'schema\' needs "mode": "json"')
         if (self.tools is not None or self.tool_choice is not None) and self.mode != "tool":
             raise ValueError("'tools' and 'tool_choice' need \"mode\": \"tool\"")
         choice = self.tool_choice
@@ -112,7 +114,9 @@ def record(
         "usage": (tool_turn.usage() if tool_turn is not None else result.usage()) if result else None,
         "ttft_ms": round(first.ttft_ms, 2) if first and first.ttft_ms is not None else None,
         "decode_tokens_per_s": (
-            round(result.decode_tokens_per_s, 2) if result and result.decode_tokens_per_s is not None else None
+            round(result.decode_tokens_per_s, 2)
+            if result and result.decode_tokens_per_s is not None
+            else None
         ),
         "tool_calls": [c.as_dict() for c in tool_turn.calls] if tool_turn is not None else [],
         "error": error if error is not None else (result.error if result else None),
@@ -221,7 +225,9 @@ class Progress:
             self.stream.flush()
 
 
-def sampling_for(spec: BatchLine, settings: Settings, saved: SamplingSettings | None = None) -> SamplingParams:
+def sampling_for(
+    spec: BatchLine, settings: Settings, saved: SamplingSettings | None = None
+) -> SamplingParams:
     """Line values win over the saved session's, which win over the settings' defaults."""
     names = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed")
     overrides = saved.model_dump() if saved is not None else {}
@@ -278,12 +284,18 @@ class BatchRunner:
             conv = self.backend.new_conversation(system=system)
         explicit = spec.model_fields_set
         mode = saved.mode if saved is not None and "mode" not in explicit else spec.mode
-        plan = Plan(conv, sampling_for(spec, self.settings, saved.sampling if saved else None), mode, saved=saved)
+        plan = Plan(
+            conv, sampling_for(spec, self.settings, saved.sampling if saved else None), mode, saved=saved
+        )
         plan.ctx.notes = saved.notes if saved is not None else ""
         if mode == "json":
-            plan.schema = spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
+            plan.schema = (
+                spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
+            )
         if mode == "tool":
-            names = spec.tools if spec.tools is not None else (saved.tools or None if saved is not None else None)
+            names = (
+                spec.tools if spec.tools is not None else (saved.tools or None if saved is not None else None)
+            )
             plan.tools = self.registry.select(names)
             plan.tool_choice = spec.tool_choice if spec.tool_choice is not None else "auto"
         # Compiling checks the schema / tools before any turn runs; each turn gets a fresh matcher.
@@ -308,7 +320,9 @@ class BatchRunner:
                 result, tool_turn = await self._turn(plan, text)
             except RadixchatError as exc:
                 job.failed = True
-                self.writer.add(job, record(job, turn, error=f"line {job.line}{_id_note(job)} turn {turn}: {exc}"))
+                self.writer.add(
+                    job, record(job, turn, error=f"line {job.line}{_id_note(job)} turn {turn}: {exc}")
+                )
                 break
             self.turns += 1
             self.progress.turn_done()
@@ -323,8 +337,16 @@ class BatchRunner:
     async def _turn(self, plan: Plan, text: str) -> tuple[TurnResult, ToolTurn | None]:
         if plan.mode == "tool":
             tool_turn = await run_tool_turn(
-                self.backend, plan.conv, text, plan.params, plan.tools, self.registry, plan.ctx, self.consent,
-                tool_choice=plan.tool_choice, max_rounds=self.settings.max_tool_rounds,
+                self.backend,
+                plan.conv,
+                text,
+                plan.params,
+                plan.tools,
+                self.registry,
+                plan.ctx,
+                self.consent,
+                tool_choice=plan.tool_choice,
+                max_rounds=self.settings.max_tool_rounds,
             )
             return tool_turn.final, tool_turn
         plan.conv.add_user(text)
@@ -334,12 +356,23 @@ class BatchRunner:
     def _save(self, job: Job, spec: BatchLine, plan: Plan) -> None:
         name = str(spec.id)
         sampling = SamplingSettings(
-            temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
-            repetition_penalty=spec.repetition_penalty, max_tokens=spec.max_tokens, seed=spec.seed,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            top_k=spec.top_k,
+            repetition_penalty=spec.repetition_penalty,
+            max_tokens=spec.max_tokens,
+            seed=spec.seed,
         )
         session = session_from_conversation(
-            plan.conv, name=name, model=self.backend.model_name, mode=plan.mode, base=plan.saved,
-            sampling=sampling, json_schema=plan.schema, tools=[t.name for t in plan.tools], notes=plan.ctx.notes,
+            plan.conv,
+            name=name,
+            model=self.backend.model_name,
+            mode=plan.mode,
+            base=plan.saved,
+            sampling=sampling,
+            json_schema=plan.schema,
+            tools=[t.name for t in plan.tools],
+            notes=plan.ctx.notes,
         )
         try:
             save_session(session, session_path(self.save_dir, name))
@@ -425,7 +458,10 @@ async def _run_all(settings: Settings, jobs: list[Job], out: IO[str], ns: argpar
         writer.flush_all()
         print("radixchat: interrupted; completed turns were written", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"radixchat: {len(jobs)} conversations, {runner.turns} turns, {_summary(backend, started)}", file=sys.stderr)
+    print(
+        f"radixchat: {len(jobs)} conversations, {runner.turns} turns, {_summary(backend, started)}",
+        file=sys.stderr,
+    )
     return EXIT_FAILED if any(j.failed for j in jobs) else EXIT_OK
 
 

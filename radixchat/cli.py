@@ -38,12 +38,18 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
             continue
         help_text = field.description if default is None else f"{field.description} (default: {default})"
         if annotation is bool:
-            group.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            group.add_argument(
+                _flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
             continue
         choices = None
         if origin is typing.Literal:
             choices = list(typing.get_args(annotation))
-        elif origin in (typing.Union, types.UnionType) and args and typing.get_origin(args[0]) is typing.Literal:
+        elif (
+            origin in (typing.Union, types.UnionType)
+            and args
+            and typing.get_origin(args[0]) is typing.Literal
+        ):
             choices = list(typing.get_args(args[0]))
         metavar = "{" + ",".join(choices) + "}" if choices else name.split("_")[-1].upper()
         # Values stay strings here; pydantic validates and converts them, naming the setting on error.
@@ -57,19 +63,34 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Without --batch, radixchat opens the chat app. Docs: README.md.",
     )
     parser.add_argument("--version", action="version", version=f"radixchat {__version__}")
-    parser.add_argument("--config", type=Path, metavar="FILE", help="TOML config file (default: ~/.config/radixchat/config.toml)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="TOML config file (default: ~/.config/radixchat/config.toml)",
+    )
     batch = parser.add_argument_group("headless batch mode")
-    batch.add_argument("--batch", metavar="FILE", help="run conversations from a JSON Lines file ('-' for stdin)")
-    batch.add_argument("--output", "-o", metavar="FILE", help="write JSON Lines results here (default: stdout)")
+    batch.add_argument(
+        "--batch", metavar="FILE", help="run conversations from a JSON Lines file ('-' for stdin)"
+    )
+    batch.add_argument(
+        "--output", "-o", metavar="FILE", help="write JSON Lines results here (default: stdout)"
+    )
     batch.add_argument(
         "--ordered", action="store_true", help="write records in input order (default: as each turn finishes)"
     )
-    batch.add_argument("--save-sessions", metavar="DIR", type=Path, help="save each finished conversation here")
     batch.add_argument(
-        "--allow-tools", metavar="NAME,...", help="user tools (from the config file) that may run without asking"
+        "--save-sessions", metavar="DIR", type=Path, help="save each finished conversation here"
+    )
+    batch.add_argument(
+        "--allow-tools",
+        metavar="NAME,...",
+        help="user tools (from the config file) that may run without asking",
     )
     remote = parser.add_argument_group("remote backend (with --backend URL)")
-    remote.add_argument("--list-models", action="store_true", help="print the models the server offers and exit")
+    remote.add_argument(
+        "--list-models", action="store_true", help="print the models the server offers and exit"
+    )
     app = parser.add_argument_group("chat app")
     app.add_argument("--session", metavar="NAME", help="open a saved session at start")
     _add_settings_flags(parser)

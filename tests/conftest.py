@@ -55,11 +55,15 @@ def tiny_config(arch: str):
 def build_pair(config, dtype=torch.float32, seed: int = 0):
     """(engine model using radix attention, reference model using sdpa) with identical weights."""
     torch.manual_seed(seed)
-    ref = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="sdpa", dtype=dtype).eval()
+    ref = AutoModelForCausalLM.from_config(
+        copy.deepcopy(config), attn_implementation="sdpa", dtype=dtype
+    ).eval()
     # Random init leaves the logits nearly flat; scale them up so greedy argmax is decisive.
     with torch.no_grad():
         ref.get_output_embeddings().weight.mul_(8.0)
-    model = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="radix", dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_config(
+        copy.deepcopy(config), attn_implementation="radix", dtype=dtype
+    ).eval()
     model.load_state_dict(ref.state_dict())
     return model, ref
 
@@ -90,8 +94,12 @@ def smol(smol_dir, smol_tokenizer) -> tuple[LoadedModel, torch.nn.Module]:
     """(the real default model in float32 with radix attention, an sdpa reference copy)."""
     import radixchat.engine.attention  # noqa: F401  (registers "radix")
 
-    model = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32, attn_implementation="radix").eval()
-    ref = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        smol_dir, dtype=torch.float32, attn_implementation="radix"
+    ).eval()
+    ref = AutoModelForCausalLM.from_pretrained(
+        smol_dir, dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
     return describe_model(model, smol_tokenizer, "SmolLM2-135M-Instruct", smol_dir), ref
 
 

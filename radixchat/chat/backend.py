@@ -69,8 +69,12 @@ class ChatBackend(Protocol):
     model_name: str
     fmt: ChatFormat
 
-    def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation: ...
-    def reply(self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None) -> Reply: ...
+    def new_conversation(
+        self, system: str | None = None, tools: list[dict] | None = None
+    ) -> Conversation: ...
+    def reply(
+        self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None
+    ) -> Reply: ...
     def stats(self) -> EngineStats | None: ...
     def cached_path(self, ids: Sequence[int]) -> list[int]: ...
     async def aclose(self) -> None: ...
@@ -150,13 +154,20 @@ class LocalBackend:
         return Conversation(self.fmt, system=system, tools=tools)
 
     def constraint(
-        self, mode: Mode, *, schema: Any = None, tools: list[dict] | None = None, tool_choice: str | dict = "auto"
+        self,
+        mode: Mode,
+        *,
+        schema: Any = None,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict = "auto",
     ) -> TokenMatcher:
         """A fresh grammar matcher for one reply in ``mode`` (see ``modes.grammar_for``). Compiled on the
         engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
         return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice)
 
-    def reply(self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None) -> LocalReply:
+    def reply(
+        self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None
+    ) -> LocalReply:
         """Start generating the reply to the conversation's last message (raises RequestError).
 
         ``grammar`` is the constraint from ``modes.grammar_for`` (a matcher for this engine)."""

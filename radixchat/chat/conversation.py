@@ -82,7 +82,9 @@ class ChatFormat:
         self.native_tools = self._supports_tools()
         self.delta_ok, self.delta_problem = self._probe()
 
-    def render(self, messages: list[Message], add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
+    def render(
+        self, messages: list[Message], add_generation_prompt: bool, tools: list[dict] | None = None
+    ) -> str:
         """The template's text. Tools go to the template when it supports them (``tools=``), else into
         the system message in the documented generic format (``generic_tools_text``)."""
         dicts = [m.template_dict(self.native_tools) for m in messages]
@@ -98,7 +100,10 @@ class ChatFormat:
     def _apply(self, dicts: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
         try:
             return self.tokenizer.apply_chat_template(
-                dicts, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False,
+                dicts,
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
                 chat_template=self.template,
             )
         except Exception as exc:
@@ -107,7 +112,10 @@ class ChatFormat:
     def _supports_tools(self) -> bool:
         """Whether the template renders a ``tools=`` argument at all (SmolLM2's ignores it)."""
         probe = [{"role": "user", "content": "hi"}]
-        tool = {"type": "function", "function": {"name": "probe_tool_xyz", "description": "d", "parameters": {}}}
+        tool = {
+            "type": "function",
+            "function": {"name": "probe_tool_xyz", "description": "d", "parameters": {}},
+        }
         try:
             return "probe_tool_xyz" in self._apply(probe, True, [tool])
         except ChatTemplateError:
@@ -186,10 +194,16 @@ class Conversation:
             raise ChatTemplateError("nothing to reply to: the conversation does not end with a user message")
         return self.ids
 
-    def add_assistant(self, content: str, token_ids: list[int], finish_reason: str | None = None, **meta: Any) -> None:
+    def add_assistant(
+        self, content: str, token_ids: list[int], finish_reason: str | None = None, **meta: Any
+    ) -> None:
         """Record a reply with the exact ids the engine generated (they are in its cache now)."""
         msg = Message(
-            "assistant", content, list(token_ids), self.fmt.decode(list(token_ids)), finish_reason=finish_reason
+            "assistant",
+            content,
+            list(token_ids),
+            self.fmt.decode(list(token_ids)),
+            finish_reason=finish_reason,
         )
         msg.meta.update(meta)
         self.messages.append(msg)

@@ -103,7 +103,13 @@ class GrammarService:
                 log.warning("cannot save the grammar mask cache %s: %s", path, exc)
                 tmp.unlink(missing_ok=True)
 
-    def matcher(self, mode: Mode, schema: Any = None, tools: list[dict] | None = None, tool_choice: str | dict = "auto") -> Any:
+    def matcher(
+        self,
+        mode: Mode,
+        schema: Any = None,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict = "auto",
+    ) -> Any:
         from radixchat.grammar import GrammarError, compile_json_schema, compile_tool_call_grammar
 
         try:

@@ -55,7 +55,9 @@ class RemoteFormat:
     delta_ok = True
     delta_problem: str | None = None
 
-    def render(self, messages: list[Message], add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
+    def render(
+        self, messages: list[Message], add_generation_prompt: bool, tools: list[dict] | None = None
+    ) -> str:
         return ""
 
     def encode(self, text: str) -> list[int]:
@@ -118,7 +120,9 @@ class RemoteBackend:
         self.backoff_s = backoff_s
         self.totals = RemoteTotals()
         self.cache_tree_note = CACHE_TREE_NOTE.format(url=self.base_url)
-        self.json_schema_style = "json_schema"  # or "json_object" (llama-cpp-python's form), learnt on refusal
+        self.json_schema_style = (
+            "json_schema"  # or "json_object" (llama-cpp-python's form), learnt on refusal
+        )
         self._max_concurrent = max_concurrent
         self._slots: asyncio.Semaphore | None = None
         self._client: openai.AsyncOpenAI | None = None
@@ -200,7 +204,12 @@ class RemoteBackend:
         return Conversation(self.fmt, system=system, tools=tools)  # type: ignore[arg-type]
 
     def constraint(
-        self, mode: Mode, *, schema: Any = None, tools: list[dict] | None = None, tool_choice: str | dict = "auto"
+        self,
+        mode: Mode,
+        *,
+        schema: Any = None,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict = "auto",
     ) -> dict[str, Any]:
         """Request fields for one reply in ``mode`` (see ``modes.grammar_for``). Raises ModeError."""
         if mode == "json":
@@ -223,14 +232,18 @@ class RemoteBackend:
             return {"type": "json_object", "schema": schema}
         return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
 
-    def reply(self, conv: Conversation, params: SamplingParams, grammar: dict[str, Any] | None = None) -> RemoteReply:
+    def reply(
+        self, conv: Conversation, params: SamplingParams, grammar: dict[str, Any] | None = None
+    ) -> RemoteReply:
         """Start streaming the reply to the conversation's last message (needs a running event loop)."""
         if not conv.messages or conv.messages[-1].role not in ("user", "tool"):
             raise RemoteError("nothing to reply to: the conversation does not end with a user message")
         request = self.request(conv, params, grammar)
         return RemoteReply(self, conv, request)
 
-    def request(self, conv: Conversation, params: SamplingParams, grammar: dict[str, Any] | None) -> dict[str, Any]:
+    def request(
+        self, conv: Conversation, params: SamplingParams, grammar: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """The ``chat.completions.create`` arguments for one reply."""
         extra: dict[str, Any] = {}
         if params.top_k > 0:
@@ -317,7 +330,11 @@ def request_messages(messages: list[Message]) -> list[dict[str, Any]]:
             ids = list(m.meta.get("tool_call_ids") or [])
             ids += [f"call_{i}_{k}" for k in range(len(ids), len(m.tool_calls))]
             d["tool_calls"] = [
-                {"id": cid, "type": "function", "function": {"name": c["name"], "arguments": _json_text(c["arguments"])}}
+                {
+                    "id": cid,
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": _json_text(c["arguments"])},
+                }
                 for cid, c in zip(ids, m.tool_calls)
             ]
             pending = ids[: len(m.tool_calls)]

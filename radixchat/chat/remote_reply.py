@@ -25,7 +25,13 @@ if TYPE_CHECKING:
 
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _MAX_RETRY_AFTER_S = 30.0
-_FINISH = {"stop": "stop", "length": "length", "tool_calls": "stop", "function_call": "stop", "content_filter": "stop"}
+_FINISH = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "stop",
+    "function_call": "stop",
+    "content_filter": "stop",
+}
 _END = object()  # queue sentinel
 
 
@@ -186,7 +192,12 @@ class RemoteReply:
             completion = self._chunks
         ttft_ms = (self._t_first - self._t_submit) * 1000 if self._t_first is not None else None
         tps = None
-        if self._t_first is not None and self._t_last is not None and completion > 1 and self._t_last > self._t_first:
+        if (
+            self._t_first is not None
+            and self._t_last is not None
+            and completion > 1
+            and self._t_last > self._t_first
+        ):
             tps = (completion - 1) / (self._t_last - self._t_first)
         reported = {"prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": completion}
         self._conv.add_assistant(

@@ -146,7 +146,9 @@ def load_session(path: Path, expect_model: str | None = None) -> SessionFile:
     try:
         raw = json.loads(raw_text)
     except json.JSONDecodeError as exc:
-        raise SessionError(f"session {path} is not valid JSON (truncated?): line {exc.lineno}: {exc.msg}") from None
+        raise SessionError(
+            f"session {path} is not valid JSON (truncated?): line {exc.lineno}: {exc.msg}"
+        ) from None
     if not isinstance(raw, dict):
         raise SessionError(f"session {path} is not a JSON object")
     version = raw.get("version")
@@ -156,7 +158,9 @@ def load_session(path: Path, expect_model: str | None = None) -> SessionFile:
         raw = MIGRATIONS[version](raw)
         version = raw["version"]
     if version != SESSION_VERSION:
-        raise SessionError(f"session {path} has version {version}; this radixchat reads version {SESSION_VERSION}")
+        raise SessionError(
+            f"session {path} has version {version}; this radixchat reads version {SESSION_VERSION}"
+        )
     try:
         session = SessionFile.model_validate(raw)
     except ValidationError as exc:
@@ -168,7 +172,9 @@ def load_session(path: Path, expect_model: str | None = None) -> SessionFile:
     return session
 
 
-def conversation_from_session(session: SessionFile, fmt: ChatFormat, model: str, tools: list[dict] | None = None) -> Conversation:
+def conversation_from_session(
+    session: SessionFile, fmt: ChatFormat, model: str, tools: list[dict] | None = None
+) -> Conversation:
     """Rebuild a conversation. Token ids are kept only for the same model (they are its tokenizer's)."""
     same_model = session.model == model
     messages = []
@@ -176,7 +182,14 @@ def conversation_from_session(session: SessionFile, fmt: ChatFormat, model: str,
         ids = list(m.token_ids) if same_model and m.token_ids is not None else []
         messages.append(
             Message(
-                m.role, m.content, ids, fmt.decode(ids) if ids else "", m.finish_reason, m.tool_calls, m.name, dict(m.meta)
+                m.role,
+                m.content,
+                ids,
+                fmt.decode(ids) if ids else "",
+                m.finish_reason,
+                m.tool_calls,
+                m.name,
+                dict(m.meta),
             )
         )
     if not same_model or any(m.role != "system" and not m.token_ids for m in messages):
@@ -203,7 +216,13 @@ def session_messages(conv: Conversation) -> list[SessionMessage]:
 
 
 def session_from_conversation(
-    conv: Conversation, *, name: str, model: str, mode: Mode = "chat", base: SessionFile | None = None, **fields: Any
+    conv: Conversation,
+    *,
+    name: str,
+    model: str,
+    mode: Mode = "chat",
+    base: SessionFile | None = None,
+    **fields: Any,
 ) -> SessionFile:
     msgs = session_messages(conv)
     data: dict[str, Any] = base.model_dump(by_alias=False) if base is not None else {}

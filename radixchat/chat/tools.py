@@ -118,7 +118,12 @@ def _check_power(base: int | float, exp: int | float) -> None:
     if abs(exp) > MAX_EXPONENT:
         raise ToolError(f"exponent {exp} is too large (limit {MAX_EXPONENT})")
     # A lower bound on the result's size, so 9**9**9-style inputs are refused before any work.
-    if isinstance(base, int) and isinstance(exp, int) and exp > 0 and (abs(base).bit_length() - 1) * exp > MAX_INT_BITS:
+    if (
+        isinstance(base, int)
+        and isinstance(exp, int)
+        and exp > 0
+        and (abs(base).bit_length() - 1) * exp > MAX_INT_BITS
+    ):
         raise ToolError("result too large")
 
 
@@ -165,7 +170,9 @@ def builtin_tools() -> dict[str, Tool]:
             obj({"timezone": {"type": "string", "maxLength": 64}}, []),
             _now,
         ),
-        Tool("read_session_notes", "Read the scratch notes saved with this session.", obj({}, []), _read_notes),
+        Tool(
+            "read_session_notes", "Read the scratch notes saved with this session.", obj({}, []), _read_notes
+        ),
         Tool(
             "write_session_notes",
             "Replace (or append to) the scratch notes saved with this session.",

@@ -263,7 +263,9 @@ class Engine:
         while True:
             core = self.core
             with self._cv:
-                while not (self._jobs or self._inbox or self._stopping or (core is not None and core.has_work)):
+                while not (
+                    self._jobs or self._inbox or self._stopping or (core is not None and core.has_work)
+                ):
                     if core is not None and core.cfg.debug:
                         with self._state_lock:
                             core.check_integrity()

@@ -16,8 +16,22 @@ from .errors import GrammarError
 
 _MAX = {"minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum"}
 _MIN = {"maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum"}
-_NOTES = {"title", "description", "default", "examples", "$comment", "$schema", "$id", "id", "readOnly",
-          "writeOnly", "deprecated", "example", "$defs", "definitions"}
+_NOTES = {
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$comment",
+    "$schema",
+    "$id",
+    "id",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "example",
+    "$defs",
+    "definitions",
+}
 
 
 def _types(t) -> set[str] | None:

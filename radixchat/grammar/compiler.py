@@ -62,8 +62,15 @@ class CompiledGrammar:
     entry twice, never a wrong one.
     """
 
-    def __init__(self, text: str, info: TokenizerInfo, *, source: str = "<grammar>", start: str = "start",
-                 max_states: int = 20_000) -> None:
+    def __init__(
+        self,
+        text: str,
+        info: TokenizerInfo,
+        *,
+        source: str = "<grammar>",
+        start: str = "start",
+        max_states: int = 20_000,
+    ) -> None:
         self.text = text
         self.source = source
         self.start = start
@@ -85,8 +92,9 @@ class CompiledGrammar:
         self._budget: OrderedDict = OrderedDict()
         # Special tokens whose text is a literal of this grammar may match it (and only it).
         literals = {term.literal for term in t.terminals.values() if term.literal}
-        self.named_special = [(i, s.encode()) for i, s in info.special_text.items()
-                              if s in literals and i not in info.eos_ids]
+        self.named_special = [
+            (i, s.encode()) for i, s in info.special_text.items() if s in literals and i not in info.eos_ids
+        ]
         self._token_bytes = dict(self.named_special)
         longest = max([term.minlen for term in t.terminals.values()] + [0])
         widest_rule = max([v for v in t.minlen.values() if v < INF] + [0])
@@ -328,8 +336,11 @@ class CompiledGrammar:
         return lark.Lark(self.text, parser="lalr", lexer="contextual", start=self.start)
 
     def stats(self) -> dict:
-        return {"lalr_states": self.n_states, "mask_entries": len(self._entries),
-                "lexer_states_cached": self.info.cached_lexer_states}
+        return {
+            "lalr_states": self.n_states,
+            "mask_entries": len(self._entries),
+            "lexer_states_cached": self.info.cached_lexer_states,
+        }
 
 
 def _groups_by_pre(death: np.ndarray, pre: np.ndarray):
@@ -358,8 +369,11 @@ def intern_mask(info: TokenizerInfo, mask: np.ndarray) -> tuple[torch.Tensor, np
 
 def read_grammar(source: str | Path) -> tuple[str, str]:
     """Resolve ``source`` to (text, name): Lark text itself, a path, or a file name in ``grammars/``."""
-    if isinstance(source, Path) or ("\n" not in source and source.endswith(".lark")) or (
-            "\n" not in source and ":" not in source and " " not in source and "/" not in source):
+    if (
+        isinstance(source, Path)
+        or ("\n" not in source and source.endswith(".lark"))
+        or ("\n" not in source and ":" not in source and " " not in source and "/" not in source)
+    ):
         candidates = [Path(source)]
         name = Path(source).name if str(source).endswith(".lark") else f"{source}.lark"
         candidates += [d / name for d in _grammar_dirs()]
@@ -371,8 +385,9 @@ def read_grammar(source: str | Path) -> tuple[str, str]:
     return str(source), "<grammar>"
 
 
-def compile_grammar(source: str | Path, info: TokenizerInfo, *, start: str = "start",
-                    max_states: int = 20_000) -> CompiledGrammar:
+def compile_grammar(
+    source: str | Path, info: TokenizerInfo, *, start: str = "start", max_states: int = 20_000
+) -> CompiledGrammar:
     """Compile Lark grammar text, a ``.lark`` path, or the name of a file in ``grammars/``."""
     text, name = read_grammar(source)
     return CompiledGrammar(text, info, source=name, start=start, max_states=max_states)

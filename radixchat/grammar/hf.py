@@ -21,7 +21,7 @@ class GrammarLogitsProcessor:
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[0] != 1:
             raise ValueError("GrammarLogitsProcessor handles one sequence")
-        for tid in input_ids[0, self._seen:].tolist():
+        for tid in input_ids[0, self._seen :].tolist():
             self.matcher.advance(tid)
         self._seen = input_ids.shape[1]
         remaining = None
@@ -35,8 +35,16 @@ class GrammarLogitsProcessor:
 
 
 @torch.inference_mode()
-def generate(model, input_ids: torch.Tensor, matcher=None, *, max_new_tokens: int, eos_ids=(),
-             temperature: float = 0.0, generator: torch.Generator | None = None) -> list[int]:
+def generate(
+    model,
+    input_ids: torch.Tensor,
+    matcher=None,
+    *,
+    max_new_tokens: int,
+    eos_ids=(),
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> list[int]:
     """A minimal decode loop (KV cache, batch 1) with an optional matcher: greedy when
     ``temperature == 0``, else sampling. Stops after an EOS id or ``max_new_tokens``. Returns the new ids
     (EOS included when one was produced)."""

@@ -96,7 +96,9 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
                 product(d, other, "and")
             except GrammarError:
                 continue
-            comp.fail(f"patternProperties at {ppath}: overlaps pattern {other_pat!r} (keys matching both unsupported)")
+            comp.fail(
+                f"patternProperties at {ppath}: overlaps pattern {other_pat!r} (keys matching both unsupported)"
+            )
         pattern_dfas.append((pat, d))
         vsym = comp.symbol(sub, ppath)
         if vsym is not None:

@@ -27,17 +27,56 @@ from .json_shape import ALL_TYPES, Shape, const_values, schema_types, type_of
 from .lark_text import LarkWriter
 
 ANNOTATIONS = {
-    "title", "description", "default", "examples", "$schema", "$id", "id", "$comment", "readOnly",
-    "writeOnly", "deprecated", "$anchor", "contentMediaType", "contentEncoding", "discriminator", "example",
-    "$defs", "definitions", "externalDocs", "xml",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$schema",
+    "$id",
+    "id",
+    "$comment",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "$anchor",
+    "contentMediaType",
+    "contentEncoding",
+    "discriminator",
+    "example",
+    "$defs",
+    "definitions",
+    "externalDocs",
+    "xml",
 }
 UNSUPPORTED = {
-    "uniqueItems", "contains", "minContains", "maxContains", "not", "if", "then", "else", "dependencies",
-    "dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
-    "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor", "multipleOf",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
+    "$dynamicAnchor",
+    "$recursiveAnchor",
+    "multipleOf",
 }
-OBJECT_KW = {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-             "minProperties", "maxProperties"}
+OBJECT_KW = {
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+}
 ARRAY_KW = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"}
 STRING_KW = {"minLength", "maxLength", "pattern", "format"}
 NUMBER_KW = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
@@ -143,8 +182,14 @@ class SchemaCompiler:
             alts.append(self.w.terminal(jt.NUMBER_RE))
         elif sh.numbers:
             # One terminal for every number form; the right context keeps Python's match longest.
-            nums = [n[1][0] if n[0] == "cat" and n[1][-1] == jt.NUMBER_END and len(n[1]) == 2 else
-                    rx.cat(*n[1][:-1]) if n[0] == "cat" and n[1][-1] == jt.NUMBER_END else n for n in sh.numbers]
+            nums = [
+                n[1][0]
+                if n[0] == "cat" and n[1][-1] == jt.NUMBER_END and len(n[1]) == 2
+                else rx.cat(*n[1][:-1])
+                if n[0] == "cat" and n[1][-1] == jt.NUMBER_END
+                else n
+                for n in sh.numbers
+            ]
             alts.append(self.w.terminal(rx.to_regex(rx.cat(rx.alt(*nums), jt.NUMBER_END))))
         alts += [f'"{lit}"' for lit in ("true", "false", "null") if lit in sh.literals]
         if sh.empty_object:
@@ -222,8 +267,12 @@ class SchemaCompiler:
             types = schema_types(schema, path)
             sh = Shape()
             for v in values:
-                if types is None or type_of(v) in types or (type_of(v) == "integer" and "number" in types) or (
-                        type_of(v) == "number" and "integer" in types and float(v).is_integer()):
+                if (
+                    types is None
+                    or type_of(v) in types
+                    or (type_of(v) == "integer" and "number" in types)
+                    or (type_of(v) == "number" and "integer" in types and float(v).is_integer())
+                ):
                     sh.merge(self.literal_shape(v, path))
             return sh
         types = schema_types(schema, path)
@@ -300,7 +349,9 @@ class SchemaCompiler:
             if fmt in jt.FORMATS:
                 contents.append(jt.format_ast(fmt))
             else:
-                warnings.warn(f"format {fmt!r} at {_ptr(path)}/format is not enforced", GrammarWarning, stacklevel=3)
+                warnings.warn(
+                    f"format {fmt!r} at {_ptr(path)}/format is not enforced", GrammarWarning, stacklevel=3
+                )
         if not contents and lo == 0 and hi is None:
             sh.any_string = True
             return
@@ -376,8 +427,7 @@ def json_schema_to_lark(schema, *, lenient: bool = False) -> str:
 _CACHE: OrderedDict = OrderedDict()
 
 
-def compile_json_schema(schema, info, *, lenient: bool = False, cache: bool = True,
-                        max_states: int = 20_000):
+def compile_json_schema(schema, info, *, lenient: bool = False, cache: bool = True, max_states: int = 20_000):
     """Compile a JSON Schema (dict, bool, JSON text, or None for "any JSON object") for ``info``.
 
     Compiled grammars are cached per (schema, tokenizer) -- 64 most recent -- so repeated requests with

@@ -32,8 +32,10 @@ SAFE: Ranges = negate(norm([(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]))
 NON_SURROGATE: Ranges = ((0, 0xD7FF), (0xE000, MAX_CP))
 
 #: Any JSON string (the regex of ``grammars/json.lark``'s STRING).
-STRING_RE = (r'"(?:[^"\\\x00-\x1f]|\\["\\\/bfnrt]|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
-             r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))*"')
+STRING_RE = (
+    r'"(?:[^"\\\x00-\x1f]|\\["\\\/bfnrt]|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
+    r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))*"'
+)
 NUMBER_RE = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 INTEGER_RE = r"-?(?:0|[1-9][0-9]*)"
 WS_RE = r"[ \t]|\r?\n[ \t]{0,20}"
@@ -109,7 +111,9 @@ def encode_set(ranges: Ranges, max_escape_ranges: int = 24) -> Node:
                 base = 0x10000 + ((hi - 0xD800) << 10)
                 lo_a = max(a, base) - base + 0xDC00
                 lo_b = min(b, base + 0x3FF) - base + 0xDC00
-                parts.append(cat(lit("\\u"), _fixed_range(hi, hi, 4), lit("\\u"), _fixed_range(lo_a, lo_b, 4)))
+                parts.append(
+                    cat(lit("\\u"), _fixed_range(hi, hi, 4), lit("\\u"), _fixed_range(lo_a, lo_b, 4))
+                )
     if not parts:
         raise GrammarError("empty character set")
     return alt(*parts)
@@ -121,8 +125,13 @@ _HEX1 = _hex_digit_class(0, 15)
 ANY_CHAR: Node = alt(
     ("set", SAFE),
     cat(lit("\\"), ("set", rx.chars('"\\/bfnrt'))),
-    cat(lit("\\u"), alt(cat(("set", rx.chars("0123456789abcABCefEF")), rep(_HEX1, 3, 3)),
-                        cat(("set", rx.chars("dD")), ("set", rx.chars("01234567")), rep(_HEX1, 2, 2)))),
+    cat(
+        lit("\\u"),
+        alt(
+            cat(("set", rx.chars("0123456789abcABCefEF")), rep(_HEX1, 3, 3)),
+            cat(("set", rx.chars("dD")), ("set", rx.chars("01234567")), rep(_HEX1, 2, 2)),
+        ),
+    ),
     _PAIR,
 )
 
@@ -146,8 +155,9 @@ def exact_string(s: str) -> Node:
     return cat(lit('"'), *(encode_set(((ord(c), ord(c)),)) for c in s), lit('"'))
 
 
-def string_terminal(content: Node | None = None, min_len: int = 0, max_len: int | None = None,
-                    extra: list[Node] | None = None) -> Node:
+def string_terminal(
+    content: Node | None = None, min_len: int = 0, max_len: int | None = None, extra: list[Node] | None = None
+) -> Node:
     """A JSON string whose decoded text matches ``content`` (any text if None), has a length within
     bounds, and also matches every decoded-level regex in ``extra`` (joined as look-aheads)."""
     looks: list[Node] = []
@@ -200,20 +210,28 @@ def pattern_ast(pattern: str, where: str) -> Node:
 
 _YEAR = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
 _LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
-_DATE = (rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
-         rf"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)")
+_DATE = (
+    rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    rf"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)"
+)
 _TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 _H16 = r"[0-9a-fA-F]{1,4}"
 _LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
-_IPV6 = "|".join([
-    rf"(?:{_H16}:){{6}}{_LS32}", rf"::(?:{_H16}:){{5}}{_LS32}", rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}", rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
-    rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}", rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
-])
+_IPV6 = "|".join(
+    [
+        rf"(?:{_H16}:){{6}}{_LS32}",
+        rf"::(?:{_H16}:){{5}}{_LS32}",
+        rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+        rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
+        rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
+        rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
+    ]
+)
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = rf"{_LABEL}(?:\.{_LABEL})*"
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
@@ -341,8 +359,9 @@ def _frac_step(irel: int, j: int, rel: int, d: str, vf: str) -> tuple[int, int]:
 _ALL = frozenset((LT, EQ, GT))
 
 
-def _side_dfa(pos: tuple[Decimal, frozenset[int]] | None, neg: tuple[Decimal, frozenset[int]] | None,
-              integer: bool) -> ByteDFA:
+def _side_dfa(
+    pos: tuple[Decimal, frozenset[int]] | None, neg: tuple[Decimal, frozenset[int]] | None, integer: bool
+) -> ByteDFA:
     """Signed JSON numbers: unsigned ones tested by ``pos``, ``-`` ones by ``neg`` (None: rejected)."""
     out: dict[int, dict[int, int]] = {0: {}}
     accepting: set[int] = set()
@@ -363,8 +382,9 @@ def _side_dfa(pos: tuple[Decimal, frozenset[int]] | None, neg: tuple[Decimal, fr
     return finish(trans, acc)
 
 
-def number_terminal(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
-                    integer: bool, where: str) -> Node:
+def number_terminal(
+    lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool, integer: bool, where: str
+) -> Node:
     """A JSON number (integer if ``integer``) within the bounds, as a regex AST."""
     if lo is None and hi is None:
         return rx.parse(INTEGER_RE if integer else NUMBER_RE)

@@ -71,8 +71,9 @@ def _short(e: Exception) -> str:
     return " ".join(lines[:2])[:300] if lines else type(e).__name__
 
 
-def build_tables(text: str, source: str = "<grammar>", start: str = "start",
-                 max_states: int = 20_000) -> Tables:
+def build_tables(
+    text: str, source: str = "<grammar>", start: str = "start", max_states: int = 20_000
+) -> Tables:
     """Load Lark grammar text and build strict LALR(1) tables. Raises GrammarError."""
     try:
         grammar, _ = load_grammar(text, source, None, False)
@@ -84,8 +85,10 @@ def build_tables(text: str, source: str = "<grammar>", start: str = "start",
         analyzer = LALR_Analyzer(conf, debug=True, strict=True)
         analyzer.compute_lr0_states()
         if len(analyzer.lr0_itemsets) > max_states:
-            raise GrammarError(f"{source}: {len(analyzer.lr0_itemsets)} LALR states (limit {max_states}); "
-                               "avoid `x?`/[x] on many items in one rule, use helper rules")
+            raise GrammarError(
+                f"{source}: {len(analyzer.lr0_itemsets)} LALR states (limit {max_states}); "
+                "avoid `x?`/[x] on many items in one rule, use helper rules"
+            )
         analyzer.compute_reads_relations()
         analyzer.compute_includes_lookback()
         analyzer.compute_lookaheads()
@@ -125,24 +128,42 @@ def build_tables(text: str, source: str = "<grammar>", start: str = "start",
         d = SPACE.dfa_id(pattern, f"{source}: terminal {t.name}")
         is_str = isinstance(t.pattern, PatternStr)
         terminals[t.name] = Terminal(
-            name=t.name, pattern=pattern, dfa=d, priority=t.priority,
-            literal=t.pattern.value if is_str and not t.pattern.flags else None, is_str=is_str,
-            max_width=t.pattern.max_width, value_len=len(t.pattern.value), ignore=t.name in ignore,
-            minlen=SPACE.dfas[d].shortest())
+            name=t.name,
+            pattern=pattern,
+            dfa=d,
+            priority=t.priority,
+            literal=t.pattern.value if is_str and not t.pattern.flags else None,
+            is_str=is_str,
+            max_width=t.pattern.max_width,
+            value_len=len(t.pattern.value),
+            ignore=t.name in ignore,
+            minlen=SPACE.dfas[d].shortest(),
+        )
     minlen = _min_lengths(rules, terminals)
     for r in rules:
         if minlen.get(r.origin.name, INF) >= INF:
-            raise GrammarError(f"{source}: rule {r.origin.name!r} can never be completed (no finite expansion)")
+            raise GrammarError(
+                f"{source}: rule {r.origin.name!r} can never be completed (no finite expansion)"
+            )
     kernels: list[list[tuple[str, int, int]]] = []
     for s in states:
         items = set()
         for rp in by_closure[s].kernel:
             origin = rp.rule.origin.name
-            beta = sum(minlen.get(sym.name, INF) for sym in rp.rule.expansion[rp.index:])
+            beta = sum(minlen.get(sym.name, INF) for sym in rp.rule.expansion[rp.index :])
             items.add((ROOT if origin.startswith("$root_") else origin, rp.index, min(beta, INF)))
         kernels.append(sorted(items, key=lambda it: it[2]))
-    return Tables(actions, gotos, rule_list, kernels, idx[table.start_states[start]],
-                  idx[table.end_states[start]], terminals, tuple(ignore), minlen)
+    return Tables(
+        actions,
+        gotos,
+        rule_list,
+        kernels,
+        idx[table.start_states[start]],
+        idx[table.end_states[start]],
+        terminals,
+        tuple(ignore),
+        minlen,
+    )
 
 
 def _min_lengths(rules, terminals: dict[str, Terminal]) -> dict[str, int]:
@@ -278,14 +299,14 @@ class DepthMemo:
             n = len(stack)
             for k in ks:
                 if k <= n:
-                    v = self._store.get((extra, stack[n - k:]))
+                    v = self._store.get((extra, stack[n - k :]))
                     if v is not None:
                         return v
         return None
 
     def put(self, extra, stack: tuple[int, ...], lowest: int, value) -> None:
         k = len(stack) - max(lowest, 0)
-        self._store[(extra, stack[len(stack) - k:])] = value
+        self._store[(extra, stack[len(stack) - k :])] = value
         ks = self._depths.setdefault((extra, stack[-1]), [])
         if k not in ks:
             ks.append(k)

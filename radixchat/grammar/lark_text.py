@@ -13,7 +13,10 @@ import re
 from . import json_terminals as jt
 
 _ANY_RULES = [
-    ("json_value", [["json_object"], ["json_array"], ["STRING"], ["NUMBER"], ['"true"'], ['"false"'], ['"null"']]),
+    (
+        "json_value",
+        [["json_object"], ["json_array"], ["STRING"], ["NUMBER"], ['"true"'], ['"false"'], ['"null"']],
+    ),
     ("json_object", [['"{"', '"}"'], ['"{"', "json_members", '"}"']]),
     ("json_members", [["json_pair"], ["json_members", '","', "json_pair"]]),
     ("json_pair", [["STRING", '":"', "json_value"]]),

@@ -86,7 +86,7 @@ class LexerSpace:
             return r
         comps = self.comps[lex]
         if len(comps) == 1:
-            (d, s), = comps
+            ((d, s),) = comps
             nxt = self.dfas[d].rows[s]
             memo: dict[int, int] = {-1: DEAD}
             out = []
@@ -169,8 +169,9 @@ class LexRun:
     cross: list[tuple[int, np.ndarray, np.ndarray]]
 
 
-def run(lex: int, ids: np.ndarray, offs: np.ndarray, flat: np.ndarray, starts: np.ndarray,
-        lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run(
+    lex: int, ids: np.ndarray, offs: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run the bytes ``flat[starts[id] + off:]`` of each row from lexer state ``lex``, vectorised.
 
     Returns ``(final, death, pre)``: ``final`` is the lexer state after the whole row (DEAD if the lexeme
@@ -211,8 +212,7 @@ def run(lex: int, ids: np.ndarray, offs: np.ndarray, flat: np.ndarray, starts: n
     return final, death, pre
 
 
-def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray,
-            lens: np.ndarray) -> LexRun:
+def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> LexRun:
     """Compute the ``LexRun`` of a lexer state over all text tokens."""
     final, death, pre = run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
     inside = final != DEAD

@@ -66,7 +66,9 @@ def _overlap(a: ByteDFA, b: ByteDFA) -> bytes | None:
 
 def _prefix_conflict(first: ByteDFA, second: ByteDFA) -> bytes | None:
     """A string ``first`` accepts after which ``second`` could still go on, or None."""
-    return _product_search(first, second, lambda x, y: first.accept[x] and any(t >= 0 for t in second.rows[y]))
+    return _product_search(
+        first, second, lambda x, y: first.accept[x] and any(t >= 0 for t in second.rows[y])
+    )
 
 
 def _unbounded(d: ByteDFA) -> bool:
@@ -111,22 +113,30 @@ def lint_grammar(source, *, start: str = "start", max_states: int = 2000) -> lis
             if ta.priority == tb.priority and ta.is_str == tb.is_str:
                 both = _overlap(da, db)
                 if both is not None:
-                    problems.append(f"{name}:{_line(text, a)}: terminals {a} and {b} both match {both!r} "
-                                    "in the same parser state (give one a priority)")
+                    problems.append(
+                        f"{name}:{_line(text, a)}: terminals {a} and {b} both match {both!r} "
+                        "in the same parser state (give one a priority)"
+                    )
                     continue
             first, second = sorted((ta, tb), key=_lark_order)
             if second.literal is not None and SPACE.dfas[first.dfa].matches(second.literal.encode()):
                 continue  # Lark's "unless": the literal wins on an exact match, as in our lexer
             p = _prefix_conflict(SPACE.dfas[first.dfa], SPACE.dfas[second.dfa])
             if p is not None:
-                problems.append(f"{name}:{_line(text, first.name)}: terminal {first.name} matches {p!r}, which "
-                                f"{second.name} could extend; Lark stops there, a greedy lexer would not")
+                problems.append(
+                    f"{name}:{_line(text, first.name)}: terminal {first.name} matches {p!r}, which "
+                    f"{second.name} could extend; Lark stops there, a greedy lexer would not"
+                )
     for t in terms.values():
         if has_right_context(t.pattern):
-            problems.append(f"{name}:{_line(text, t.name)}: terminal {t.name} ends with a look-ahead; the "
-                            "byte lexer does not enforce right context")
+            problems.append(
+                f"{name}:{_line(text, t.name)}: terminal {t.name} ends with a look-ahead; the "
+                "byte lexer does not enforce right context"
+            )
     for ig in tables.ignore:
         if _unbounded(SPACE.dfas[terms[ig].dfa]):
-            problems.append(f"{name}:{_line(text, ig)}: %ignore {ig} matches unbounded runs; bound it "
-                            "(e.g. /[ \\t]|\\r?\\n[ \\t]{0,20}/)")
+            problems.append(
+                f"{name}:{_line(text, ig)}: %ignore {ig} matches unbounded runs; bound it "
+                "(e.g. /[ \\t]|\\r?\\n[ \\t]{0,20}/)"
+            )
     return problems

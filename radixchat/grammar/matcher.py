@@ -45,7 +45,9 @@ class GrammarMatcher:
             return e.tensor
         g = self.grammar
         limit = remaining - 2
-        if limit >= g.lex_cost(self.stack, self.lex) + g.horizon or limit >= g.max_next_cost(self.stack, self.lex):
+        if limit >= g.lex_cost(self.stack, self.lex) + g.horizon or limit >= g.max_next_cost(
+            self.stack, self.lex
+        ):
             return e.tensor
         return g.budget_mask(self.stack, self.lex, max(int(remaining), 1))
 

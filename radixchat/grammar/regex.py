@@ -233,8 +233,10 @@ def _conv(items, flags: int, where: str, pattern: str) -> Node:
             raise GrammarError(f"{where}: anchors are not supported in terminals ({pattern!r})")
         elif op in (_c.ASSERT, _c.ASSERT_NOT):
             kind = "look-behind" if av[0] != 1 else "look-ahead"
-            raise GrammarError(f"{where}: {kind} is only supported at the start of a terminal ({pattern!r}); "
-                               "common.ESCAPED_STRING: use the STRING of grammars/json.lark")
+            raise GrammarError(
+                f"{where}: {kind} is only supported at the start of a terminal ({pattern!r}); "
+                "common.ESCAPED_STRING: use the STRING of grammars/json.lark"
+            )
         else:
             raise GrammarError(f"{where}: unsupported regex construct {op} in {pattern!r}")
     return cat(*parts) if len(parts) != 1 else parts[0]

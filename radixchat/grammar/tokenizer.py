@@ -22,7 +22,11 @@ from .lexer import run as run_rows
 
 def _bytes_to_unicode() -> dict[str, int]:
     """GPT-2's printable stand-ins for bytes, inverted: char -> byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -60,8 +64,14 @@ class TokenizerInfo:
     tokenizer (padding rows of the logits) are never allowed.
     """
 
-    def __init__(self, token_bytes: Sequence[bytes | None], *, vocab_size: int | None = None,
-                 eos_ids: Iterable[int] = (), special: dict[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        token_bytes: Sequence[bytes | None],
+        *,
+        vocab_size: int | None = None,
+        eos_ids: Iterable[int] = (),
+        special: dict[int, str] | None = None,
+    ) -> None:
         n = len(token_bytes)
         self.vocab_size = int(vocab_size if vocab_size is not None else n)
         if self.vocab_size < n:
@@ -83,7 +93,9 @@ class TokenizerInfo:
             starts[1:] = np.cumsum(lens[:-1])
         self.lens = lens
         self.starts = starts
-        self.flat = np.frombuffer(b"".join(b for b in self.token_bytes if b is not None) + b"\0", dtype=np.uint8)
+        self.flat = np.frombuffer(
+            b"".join(b for b in self.token_bytes if b is not None) + b"\0", dtype=np.uint8
+        )
         self.text_ids = np.flatnonzero(lens > 0).astype(np.int64)
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
@@ -97,8 +109,9 @@ class TokenizerInfo:
     # -- construction ------------------------------------------------------------------------------
 
     @classmethod
-    def from_tokenizer(cls, tokenizer, vocab_size: int | None = None,
-                       eos_ids: Iterable[int] | None = None) -> TokenizerInfo:
+    def from_tokenizer(
+        cls, tokenizer, vocab_size: int | None = None, eos_ids: Iterable[int] | None = None
+    ) -> TokenizerInfo:
         """Build from a Hugging Face tokenizer (fast/``tokenizers``-backed; byte-level BPE or SentencePiece).
 
         ``vocab_size`` is the model's logits width (default: the tokenizer's length). ``eos_ids`` are the
@@ -178,11 +191,13 @@ class TokenizerInfo:
         index = []
         for k, (lex, run) in enumerate(list(self._runs.items())):
             finals = np.unique(run.inside_final)
-            index.append({
-                "lex": SPACE.describe(lex),
-                "finals": [SPACE.describe(int(f)) for f in finals],
-                "cross": [SPACE.describe(p) for p, _, _ in run.cross],
-            })
+            index.append(
+                {
+                    "lex": SPACE.describe(lex),
+                    "finals": [SPACE.describe(int(f)) for f in finals],
+                    "cross": [SPACE.describe(p) for p, _, _ in run.cross],
+                }
+            )
             arrays[f"i{k}"] = run.inside_ids
             arrays[f"f{k}"] = np.searchsorted(finals, run.inside_final).astype(np.int32)
             arrays[f"c{k}"] = run.cont
@@ -207,8 +222,10 @@ class TokenizerInfo:
                 if lex in self._runs:
                     continue
                 finals = np.array([_intern_description(d) for d in entry["finals"]], dtype=np.int32)
-                cross = [(_intern_description(d), data[f"x{k}_{j}"], data[f"o{k}_{j}"])
-                         for j, d in enumerate(entry["cross"])]
+                cross = [
+                    (_intern_description(d), data[f"x{k}_{j}"], data[f"o{k}_{j}"])
+                    for j, d in enumerate(entry["cross"])
+                ]
                 inside_ids = data[f"i{k}"]
                 inside_final = finals[data[f"f{k}"]] if len(finals) else np.zeros(0, dtype=np.int32)
                 self._runs[lex] = LexRun(inside_ids, inside_final, data[f"c{k}"], cross)

@@ -58,7 +58,9 @@ def test_truncated_reply_without_eos_still_extends(smol_tokenizer):
 
 def test_template_that_rewrites_history_falls_back_to_full_rendering(smol_tokenizer):
     # Renders only the last message: earlier turns disappear, so the old text is not a prefix any more.
-    template = "{{ '<|im_start|>' + messages[-1]['role'] + '\\n' + messages[-1]['content'] + '<|im_end|>\\n' }}"
+    template = (
+        "{{ '<|im_start|>' + messages[-1]['role'] + '\\n' + messages[-1]['content'] + '<|im_end|>\\n' }}"
+    )
     fmt = ChatFormat(TemplateTokenizer(smol_tokenizer, template))
     conv = Conversation(fmt)
     conv.add_user("one")
@@ -88,7 +90,12 @@ async def test_each_turn_reuses_the_previous_turn(smol):
         conv = backend.new_conversation(system="You are a helpful assistant.")
         prev = None
         for i, (question, max_tokens) in enumerate(
-            [("What is a prime number?", 40), ("Give an example.", 8), ("Why is 1 not prime?", 30), ("Thanks!", 20)]
+            [
+                ("What is a prime number?", 40),
+                ("Give an example.", 8),
+                ("Why is 1 not prime?", 30),
+                ("Thanks!", 20),
+            ]
         ):
             conv.add_user(question)
             result = await backend.reply(conv, SamplingParams(max_tokens=max_tokens)).result()
@@ -105,7 +112,12 @@ async def test_each_turn_reuses_the_previous_turn(smol):
 def test_a_special_token_inside_a_reply_keeps_the_delta(smol_tokenizer):
     conv = Conversation(ChatFormat(smol_tokenizer))
     first = conv.add_user("Hi")
-    reply = smol_tokenizer.encode("Hello", add_special_tokens=False) + [0] + smol_tokenizer.encode(" there", add_special_tokens=False) + [2]
+    reply = (
+        smol_tokenizer.encode("Hello", add_special_tokens=False)
+        + [0]
+        + smol_tokenizer.encode(" there", add_special_tokens=False)
+        + [2]
+    )
     conv.add_assistant("Hello<|endoftext|> there", reply)  # the text the engine streams for those ids
     second = conv.add_user("Go on")
     assert second[: len(first) + len(reply)] == first + reply and conv.full_renders == 0

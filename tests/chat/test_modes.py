@@ -21,7 +21,12 @@ SCHEMAS = {
         "type": "object",
         "properties": {
             "colour": {"enum": ["red", "green", "blue"]},
-            "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 1, "maxItems": 3},
+            "tags": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 12},
+                "minItems": 1,
+                "maxItems": 3,
+            },
         },
         "required": ["colour", "tags"],
     },
@@ -73,9 +78,14 @@ async def test_json_mode_replies_are_valid_for_their_schema(backend, name, tempe
 async def test_json_mode_steers_to_completion_within_a_small_budget(backend):
     conv = backend.new_conversation()
     conv.add_user("List as many fruits as you can, as a JSON object with a 'fruits' array.")
-    schema = {"type": "object", "properties": {"fruits": {"type": "array", "items": {"type": "string"}}},
-              "required": ["fruits"]}
-    result = await backend.reply(conv, SamplingParams(max_tokens=24), grammar_for(backend, "json", schema)).result()
+    schema = {
+        "type": "object",
+        "properties": {"fruits": {"type": "array", "items": {"type": "string"}}},
+        "required": ["fruits"],
+    }
+    result = await backend.reply(
+        conv, SamplingParams(max_tokens=24), grammar_for(backend, "json", schema)
+    ).result()
     assert result.completion_tokens <= 24
     assert result.finish_reason == "stop", "the grammar should close the JSON before the budget runs out"
     jsonschema.validate(json.loads(result.message.content), schema)

@@ -27,7 +27,9 @@ MODEL = "SmolLM2-135M-Instruct"
 def conv(smol_tokenizer) -> Conversation:
     c = Conversation(ChatFormat(smol_tokenizer), system="Be kind.")
     c.add_user("Hi ünïcode 🎉")
-    c.add_assistant("Hello!", smol_tokenizer.encode("Hello!", add_special_tokens=False) + [2], "stop", usage={"x": 1})
+    c.add_assistant(
+        "Hello!", smol_tokenizer.encode("Hello!", add_special_tokens=False) + [2], "stop", usage={"x": 1}
+    )
     return c
 
 
@@ -84,7 +86,10 @@ def test_failed_write_keeps_the_old_file(tmp_path, conv, monkeypatch):
         ("[1, 2]", "not a JSON object"),
         ('{"name": "x"}', "no version"),
         ('{"version": 99, "name": "x", "model": "m"}', "version 99"),
-        ('{"version": 2, "name": "x", "model": "m", "messages": [{"role": "robot", "content": ""}]}', "messages.0.role"),
+        (
+            '{"version": 2, "name": "x", "model": "m", "messages": [{"role": "robot", "content": ""}]}',
+            "messages.0.role",
+        ),
     ],
 )
 def test_bad_files_give_one_line_errors_and_stay_untouched(tmp_path, content, message):
@@ -144,7 +149,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
 json_values = st.recursive(
-    json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=8,
 )
 messages = st.lists(
@@ -154,7 +160,11 @@ messages = st.lists(
         content=st.text(max_size=200),
         token_ids=st.none() | st.lists(st.integers(0, 49151), max_size=50),
         finish_reason=st.none() | st.sampled_from(["stop", "length", "cancelled", "error"]),
-        tool_calls=st.none() | st.lists(st.fixed_dictionaries({"name": st.text(min_size=1, max_size=10), "arguments": json_values}), max_size=2),
+        tool_calls=st.none()
+        | st.lists(
+            st.fixed_dictionaries({"name": st.text(min_size=1, max_size=10), "arguments": json_values}),
+            max_size=2,
+        ),
         name=st.none() | st.text(max_size=10),
         meta=st.dictionaries(st.text(max_size=8), json_values, max_size=3),
     ),
@@ -184,7 +194,11 @@ def test_random_sessions_survive_save_and_load(tmp_path, session):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     session=sessions,
-    edits=st.lists(st.tuples(st.sampled_from(["flip", "cut", "insert"]), st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+    edits=st.lists(
+        st.tuples(st.sampled_from(["flip", "cut", "insert"]), st.integers(0, 10**6), st.integers(0, 255)),
+        min_size=1,
+        max_size=4,
+    ),
 )
 def test_corrupted_files_never_crash_the_loader_nor_change(tmp_path, session, edits):
     path = save_session(session, tmp_path / "s.json")
@@ -213,8 +227,15 @@ def test_the_example_sessions_in_the_repository_load():
 
 
 def test_tool_choice_and_active_branch_round_trip(tmp_path):
-    s = SessionFile(name="t", model=MODEL, mode="tool", tools=["calculator"], tool_choice={"name": "calculator"},
-                    active_branch_label="edited", active_branch_index=1)
+    s = SessionFile(
+        name="t",
+        model=MODEL,
+        mode="tool",
+        tools=["calculator"],
+        tool_choice={"name": "calculator"},
+        active_branch_label="edited",
+        active_branch_index=1,
+    )
     again = load_session(save_session(s, tmp_path / "t.json"))
     assert again.tool_choice == {"name": "calculator"} and again.tools == ["calculator"]
     assert (again.active_branch_label, again.active_branch_index) == ("edited", 1)

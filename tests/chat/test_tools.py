@@ -33,7 +33,15 @@ from tests.conftest import build_pair
 
 @pytest.mark.parametrize(
     ("expr", "value"),
-    [("1+2*3", 7), ("2**10", 1024), ("(1.5+2)/4", 0.875), ("7//2", 3), ("-3%5", 2), ("-(2**3)", -8), ("1e3", 1000.0)],
+    [
+        ("1+2*3", 7),
+        ("2**10", 1024),
+        ("(1.5+2)/4", 0.875),
+        ("7//2", 3),
+        ("-3%5", 2),
+        ("-(2**3)", -8),
+        ("1e3", 1000.0),
+    ],
 )
 def test_calculator_does_arithmetic(expr, value):
     assert calculate(expr) == value
@@ -171,9 +179,15 @@ async def test_user_tool_missing_program(tmp_path):
 def test_tools_go_into_the_system_prompt_for_templates_without_tool_support(smol_tokenizer):
     fmt = ChatFormat(smol_tokenizer)
     assert not fmt.native_tools
-    conv = Conversation(fmt, system="Be brief.", tools=[t.schema() for t in ToolRegistry().select(["calculator"])])
+    conv = Conversation(
+        fmt, system="Be brief.", tools=[t.schema() for t in ToolRegistry().select(["calculator"])]
+    )
     conv.add_user("2+2?")
-    assert "calculator" in conv.text and "<tool_call>" in conv.text and conv.text.count("<|im_start|>system") == 1
+    assert (
+        "calculator" in conv.text
+        and "<tool_call>" in conv.text
+        and conv.text.count("<|im_start|>system") == 1
+    )
 
 
 # -- tool mode end to end ----------------------------------------------------------------------------------
@@ -184,9 +198,18 @@ def random_full_vocab_model(smol_tokenizer):
     """A tiny random Llama with SmolLM2's whole vocabulary: a 'fake model' that samples anything."""
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                      bos_token_id=None, eos_token_id=2, pad_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+        bos_token_id=None,
+        eos_token_id=2,
+        pad_token_id=None,
+    )
     model, _ = build_pair(cfg)
     return describe_model(model, smol_tokenizer, "tiny-random-49k", Path("."))
 
@@ -202,8 +225,16 @@ async def run_turns(loaded, choice, n, temperature=1.0, max_tokens=120):
         for seed in range(n):
             conv = backend.new_conversation(system="You can use tools.")
             turn = await run_tool_turn(
-                backend, conv, "What is 17*23? Use a tool.", SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
-                tools, reg, ToolContext(), deny_all, tool_choice=choice, max_rounds=1,
+                backend,
+                conv,
+                "What is 17*23? Use a tool.",
+                SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+                tools,
+                reg,
+                ToolContext(),
+                deny_all,
+                tool_choice=choice,
+                max_rounds=1,
             )
             out.append((turn, decl_names, reg))
     engine.core.check_integrity()
@@ -260,10 +291,24 @@ async def test_each_tool_round_reuses_everything_before_it(smol):
         conv = backend.new_conversation(system="You can use tools.")
         params = SamplingParams(max_tokens=60, temperature=0.0)
         turns = []
-        for question, choice in [("Compute 12*12 with the calculator.", {"name": "calculator"}),
-                                 ("And 3+4?", {"name": "calculator"})]:
-            turns.append(await run_tool_turn(backend, conv, question, params, reg.select(["calculator"]), reg,
-                                             ToolContext(), deny_all, tool_choice=choice, max_rounds=2))
+        for question, choice in [
+            ("Compute 12*12 with the calculator.", {"name": "calculator"}),
+            ("And 3+4?", {"name": "calculator"}),
+        ]:
+            turns.append(
+                await run_tool_turn(
+                    backend,
+                    conv,
+                    question,
+                    params,
+                    reg.select(["calculator"]),
+                    reg,
+                    ToolContext(),
+                    deny_all,
+                    tool_choice=choice,
+                    max_rounds=2,
+                )
+            )
     rounds = [r for t in turns for r in t.rounds]
     assert len(rounds) >= 4 and any(t.calls for t in turns)
     for prev, cur in zip(rounds, rounds[1:]):
@@ -279,8 +324,11 @@ async def test_cancelling_a_running_user_tool_kills_its_process(tmp_path):
     import os
 
     pidfile = tmp_path / "pid"
-    cfg = py_tool(tmp_path, f"import os\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)",
-                  timeout_s=120)
+    cfg = py_tool(
+        tmp_path,
+        f"import os\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)",
+        timeout_s=120,
+    )
     task = asyncio.ensure_future(call_user(cfg))
     for _ in range(200):
         if pidfile.exists() and pidfile.read_text():
@@ -302,8 +350,16 @@ async def test_should_continue_stops_before_the_next_round(smol):
         backend = LocalBackend(engine)
         conv = backend.new_conversation()
         turn = await run_tool_turn(
-            backend, conv, "Compute 2+2.", SamplingParams(max_tokens=60), reg.select(["calculator"]), reg,
-            ToolContext(), deny_all, tool_choice={"name": "calculator"}, should_continue=lambda: False,
+            backend,
+            conv,
+            "Compute 2+2.",
+            SamplingParams(max_tokens=60),
+            reg.select(["calculator"]),
+            reg,
+            ToolContext(),
+            deny_all,
+            tool_choice={"name": "calculator"},
+            should_continue=lambda: False,
         )
     assert len(turn.rounds) == 1 and turn.calls  # the call ran, its result is in, no second reply
     assert conv.messages[-1].role == "tool"

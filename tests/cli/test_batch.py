@@ -17,7 +17,16 @@ pytestmark = pytest.mark.real_model
 
 RADIXCHAT = shutil.which("radixchat") or str(Path(sys.executable).with_name("radixchat"))
 FIELDS = {
-    "id", "line", "turn", "reply", "finish_reason", "usage", "ttft_ms", "decode_tokens_per_s", "tool_calls", "error"
+    "id",
+    "line",
+    "turn",
+    "reply",
+    "finish_reason",
+    "usage",
+    "ttft_ms",
+    "decode_tokens_per_s",
+    "tool_calls",
+    "error",
 }
 
 
@@ -152,7 +161,10 @@ def test_session_for_another_model_is_an_error_record(tmp_path):
 
 def test_ctrl_c_flushes_completed_turns_and_exits_130(tmp_path):
     rows = [{"id": "quick", "turns": ["Hi"], "max_tokens": 2}]
-    rows += [{"id": f"long{i}", "turns": ["Write a very long essay about rivers."], "max_tokens": 2000} for i in range(2)]
+    rows += [
+        {"id": f"long{i}", "turns": ["Write a very long essay about rivers."], "max_tokens": 2000}
+        for i in range(2)
+    ]
     out = tmp_path / "out.jsonl"
     proc = subprocess.Popen(
         [RADIXCHAT, "--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--output", str(out)],
@@ -190,8 +202,21 @@ def test_json_mode_lines_give_schema_valid_replies(tmp_path):
         "required": ["city", "population"],
     }
     rows = [
-        {"id": "j1", "mode": "json", "schema": schema, "turns": ["Paris as JSON.", "Now Berlin."], "max_tokens": 48},
-        {"id": "j2", "mode": "json", "turns": ["Any JSON about cats."], "max_tokens": 48, "temperature": 1.0, "seed": 3},
+        {
+            "id": "j1",
+            "mode": "json",
+            "schema": schema,
+            "turns": ["Paris as JSON.", "Now Berlin."],
+            "max_tokens": 48,
+        },
+        {
+            "id": "j2",
+            "mode": "json",
+            "turns": ["Any JSON about cats."],
+            "max_tokens": 48,
+            "temperature": 1.0,
+            "seed": 3,
+        },
         {"id": "j3", "mode": "json", "schema": {"type": "object", "not": {}}, "turns": ["x"]},
     ]
     proc = run(["--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--ordered"])
@@ -216,10 +241,22 @@ def test_tool_mode_lines_report_calls_and_user_tools_need_allowing(tmp_path):
         'parameters = {type = "object", properties = {text = {type = "string", maxLength = 20}}, required = ["text"]}\n'
     )
     rows = [
-        {"id": "calc", "mode": "tool", "tools": ["calculator"], "tool_choice": {"name": "calculator"},
-         "turns": ["What is 6*7?"], "max_tokens": 60},
-        {"id": "shout", "mode": "tool", "tools": ["shout"], "tool_choice": "required",
-         "turns": ["Shout hello."], "max_tokens": 60},
+        {
+            "id": "calc",
+            "mode": "tool",
+            "tools": ["calculator"],
+            "tool_choice": {"name": "calculator"},
+            "turns": ["What is 6*7?"],
+            "max_tokens": 60,
+        },
+        {
+            "id": "shout",
+            "mode": "tool",
+            "tools": ["shout"],
+            "tool_choice": "required",
+            "turns": ["Shout hello."],
+            "max_tokens": 60,
+        },
         {"id": "bad", "mode": "tool", "tools": ["nope"], "turns": ["x"]},
         {"id": "bad2", "mode": "chat", "tools": ["calculator"], "turns": ["x"]},
     ]
@@ -231,7 +268,7 @@ def test_tool_mode_lines_report_calls_and_user_tools_need_allowing(tmp_path):
     assert isinstance(calc["tool_calls"][0]["arguments"], dict) and isinstance(calc["reply"], str)
     assert shout["tool_calls"][0]["name"] == "shout"
     assert "did not allow" in shout["tool_calls"][0]["error"]
-    assert "unknown tool 'nope'" in bad["error"] and "need \"mode\": \"tool\"" in bad2["error"]
+    assert "unknown tool 'nope'" in bad["error"] and 'need "mode": "tool"' in bad2["error"]
 
     proc = run(["--config", str(config), "--batch", str(path), "--ordered", "--allow-tools", "shout"])
     shout = records(proc.stdout)[1]
@@ -243,11 +280,20 @@ def test_tool_mode_lines_report_calls_and_user_tools_need_allowing(tmp_path):
 def test_sigkill_leaves_written_lines_and_session_files_valid(tmp_path):
     from radixchat.chat.session import load_session
 
-    rows = [{"id": f"q{i}", "turns": ["Hi", "Tell me more"], "max_tokens": 3 if i < 3 else 400} for i in range(6)]
+    rows = [
+        {"id": f"q{i}", "turns": ["Hi", "Tell me more"], "max_tokens": 3 if i < 3 else 400} for i in range(6)
+    ]
     out, sessions = tmp_path / "out.jsonl", tmp_path / "sessions"
     proc = subprocess.Popen(
-        [RADIXCHAT, "--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--output", str(out),
-         "--save-sessions", str(sessions)],
+        [
+            RADIXCHAT,
+            "--batch",
+            str(write_jsonl(tmp_path / "in.jsonl", rows)),
+            "--output",
+            str(out),
+            "--save-sessions",
+            str(sessions),
+        ],
         stderr=subprocess.DEVNULL,
         env={**os.environ, "RADIXCHAT_TEMPERATURE": "0", "RADIXCHAT_REPETITION_PENALTY": "1.3"},
     )

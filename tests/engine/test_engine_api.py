@@ -13,7 +13,9 @@ from radixchat.errors import EngineStoppedError, PromptTooLongError, RequestErro
 
 
 def chat_ids(tokenizer, text: str) -> list[int]:
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    )
     return tokenizer.encode(rendered, add_special_tokens=False)
 
 
@@ -48,7 +50,8 @@ async def test_stream_yields_tokens_then_one_finish(tiny_engine):
 @pytest.mark.real_model
 async def test_streamed_text_equals_full_decode(smol_engine, smol_tokenizer):
     comp = await smol_engine.generate(
-        chat_ids(smol_tokenizer, "Write two sentences about Zürich, with an emoji."), SamplingParams(max_tokens=48)
+        chat_ids(smol_tokenizer, "Write two sentences about Zürich, with an emoji."),
+        SamplingParams(max_tokens=48),
     )
     ids = comp.token_ids[:-1] if comp.token_ids[-1] in smol_engine.eos_ids else comp.token_ids
     assert comp.text == smol_tokenizer.decode(ids, skip_special_tokens=False)
@@ -67,7 +70,9 @@ def test_detokenizer_never_emits_a_replacement_for_split_characters(smol_tokeniz
 
 async def test_special_tokens_mid_reply_are_text_but_the_final_eos_is_not(tiny_engine, smol_tokenizer):
     # Token 0 (<|endoftext|>) is special but not an EOS of this tiny model; it must show as text.
-    comp = await tiny_engine.generate([5, 6, 7], SamplingParams(max_tokens=3), FixedSequence([0, 28], 512, eos=0))
+    comp = await tiny_engine.generate(
+        [5, 6, 7], SamplingParams(max_tokens=3), FixedSequence([0, 28], 512, eos=0)
+    )
     assert comp.token_ids[:2] == [0, 28] and comp.text.startswith("<|endoftext|>")
 
 
@@ -183,23 +188,31 @@ async def test_seeded_sampling_is_reproducible_and_batch_independent(tiny_engine
     alone = await tiny_engine.generate([7, 8, 9], params)
     together = await asyncio.gather(
         tiny_engine.generate([7, 8, 9], params),
-        tiny_engine.generate([1, 2, 3, 4], SamplingParams(max_tokens=12, temperature=1.0, seed=1, ignore_eos=True)),
+        tiny_engine.generate(
+            [1, 2, 3, 4], SamplingParams(max_tokens=12, temperature=1.0, seed=1, ignore_eos=True)
+        ),
     )
     assert together[0].token_ids == alone.token_ids
-    other = await tiny_engine.generate([7, 8, 9], SamplingParams(max_tokens=12, temperature=1.0, seed=43, ignore_eos=True))
+    other = await tiny_engine.generate(
+        [7, 8, 9], SamplingParams(max_tokens=12, temperature=1.0, seed=43, ignore_eos=True)
+    )
     assert other.token_ids != alone.token_ids
 
 
 async def test_top_k_one_is_greedy(tiny_engine):
     greedy = await tiny_engine.generate([4, 5, 6], SamplingParams(max_tokens=8, ignore_eos=True))
-    topk = await tiny_engine.generate([4, 5, 6], SamplingParams(max_tokens=8, temperature=1.5, top_k=1, seed=3, ignore_eos=True))
+    topk = await tiny_engine.generate(
+        [4, 5, 6], SamplingParams(max_tokens=8, temperature=1.5, top_k=1, seed=3, ignore_eos=True)
+    )
     assert topk.token_ids == greedy.token_ids
 
 
 async def test_repetition_penalty_changes_greedy_output(tiny_engine):
     plain = await tiny_engine.generate([4, 5, 6], SamplingParams(max_tokens=30, ignore_eos=True))
     assert len(set(plain.token_ids)) < 30  # a random tiny model repeats itself
-    penalized = await tiny_engine.generate([4, 5, 6], SamplingParams(max_tokens=30, repetition_penalty=5.0, ignore_eos=True))
+    penalized = await tiny_engine.generate(
+        [4, 5, 6], SamplingParams(max_tokens=30, repetition_penalty=5.0, ignore_eos=True)
+    )
     assert len(set(penalized.token_ids)) > len(set(plain.token_ids))
 
 
@@ -229,7 +242,9 @@ class FixedSequence:
 
 async def test_grammar_mask_constrains_sampling(tiny_engine):
     matcher = FixedSequence([10, 20, 30], 512, eos=0)
-    comp = await tiny_engine.generate([1, 2, 3], SamplingParams(max_tokens=10, temperature=1.0, seed=0), matcher)
+    comp = await tiny_engine.generate(
+        [1, 2, 3], SamplingParams(max_tokens=10, temperature=1.0, seed=0), matcher
+    )
     assert comp.token_ids == [10, 20, 30, 0]
     assert comp.finish_reason is FinishReason.STOP
 
@@ -278,6 +293,9 @@ async def test_stats_report_hits_pool_tree_and_memory(tiny_engine):
 
 
 async def test_many_concurrent_streams_all_finish(tiny_engine):
-    handles = [tiny_engine.submit([i, i + 1, i + 2], SamplingParams(max_tokens=8, ignore_eos=True)) for i in range(1, 40)]
+    handles = [
+        tiny_engine.submit([i, i + 1, i + 2], SamplingParams(max_tokens=8, ignore_eos=True))
+        for i in range(1, 40)
+    ]
     results = await asyncio.gather(*(h.result() for h in handles))
     assert all(len(r.token_ids) == 8 for r in results)

@@ -16,7 +16,10 @@ def make_prompts(seed: int, n: int = 8, shared: int = 40) -> list[list[int]]:
     """``n`` prompts sharing a ``shared``-token prefix, plus an exact duplicate of the first."""
     g = torch.Generator().manual_seed(seed)
     base = torch.randint(0, 512, (shared,), generator=g).tolist()
-    prompts = [base + torch.randint(0, 512, (int(k),), generator=g).tolist() for k in torch.randint(1, 40, (n,), generator=g)]
+    prompts = [
+        base + torch.randint(0, 512, (int(k),), generator=g).tolist()
+        for k in torch.randint(1, 40, (n,), generator=g)
+    ]
     prompts.append(list(prompts[0]))
     return prompts
 
@@ -66,7 +69,9 @@ def test_eviction_and_retraction_keep_output_identical(tiny_models, arch):
 
 def test_identical_prompts_in_one_step_both_correct(tiny_models):
     loaded, ref = tiny_models["llama"]
-    prompt = torch.randint(0, 512, (12,), generator=torch.Generator().manual_seed(3)).tolist()  # < IN_BATCH_PREFIX_MIN
+    prompt = torch.randint(
+        0, 512, (12,), generator=torch.Generator().manual_seed(3)
+    ).tolist()  # < IN_BATCH_PREFIX_MIN
     core = EngineCore(loaded, EngineConfig(kv_pool_tokens=1024))
     reqs = [core.make_request(prompt, SamplingParams(max_tokens=12, ignore_eos=True)) for _ in range(2)]
     for r in reqs:
@@ -131,7 +136,9 @@ def test_real_model_concurrent_chat_matches_generate(smol, smol_tokenizer):
         "What is the capital of France?",  # identical to the first: shares everything
     ]
     prompts = [
-        smol_tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        smol_tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False
+        )
         for q in questions
     ]
     prompts = [smol_tokenizer.encode(p, add_special_tokens=False) for p in prompts]
@@ -147,10 +154,17 @@ def test_real_model_concurrent_chat_matches_generate(smol, smol_tokenizer):
 @pytest.mark.real_model
 def test_real_model_under_memory_pressure_matches_generate(smol, smol_tokenizer):
     loaded, ref = smol
-    msgs = ["Tell me about the moon.", "Describe a cat.", "What is Python?", "Give me a tip for sleeping well."]
+    msgs = [
+        "Tell me about the moon.",
+        "Describe a cat.",
+        "What is Python?",
+        "Give me a tip for sleeping well.",
+    ]
     prompts = [
         smol_tokenizer.encode(
-            smol_tokenizer.apply_chat_template([{"role": "user", "content": m}], add_generation_prompt=True, tokenize=False),
+            smol_tokenizer.apply_chat_template(
+                [{"role": "user", "content": m}], add_generation_prompt=True, tokenize=False
+            ),
             add_special_tokens=False,
         )
         for m in msgs

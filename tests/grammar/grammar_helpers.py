@@ -97,13 +97,24 @@ def walk(g, info: TokenizerInfo, rng: random.Random, budget: int, bias: list[int
 
 def dumps_variants(value) -> list[str]:
     """Several valid serialisations of one JSON value."""
-    return list(dict.fromkeys([
-        json.dumps(value, separators=(",", ":"), ensure_ascii=False),
-        json.dumps(value, ensure_ascii=False),
-        json.dumps(value),
-        json.dumps(value, indent=2, ensure_ascii=False),
-    ]))
+    return list(
+        dict.fromkeys(
+            [
+                json.dumps(value, separators=(",", ":"), ensure_ascii=False),
+                json.dumps(value, ensure_ascii=False),
+                json.dumps(value),
+                json.dumps(value, indent=2, ensure_ascii=False),
+            ]
+        )
+    )
 
 
-__all__ = ["GrammarError", "brute_mask", "dumps_variants", "first_rejection", "random_split", "tokenizations",
-           "walk"]
+__all__ = [
+    "GrammarError",
+    "brute_mask",
+    "dumps_variants",
+    "first_rejection",
+    "random_split",
+    "tokenizations",
+    "walk",
+]

@@ -51,7 +51,7 @@ def test_syntax_errors_name_the_line():
 
 
 def test_lint_flags_unbounded_ignore_and_colliding_terminals():
-    problems = lint_grammar('start: A | B\nA: /[a-z]+/\nB: /[a-c]+/\n%ignore /\\s+/\n')
+    problems = lint_grammar("start: A | B\nA: /[a-z]+/\nB: /[a-c]+/\n%ignore /\\s+/\n")
     assert any("both match" in p for p in problems)
     assert any("unbounded" in p for p in problems)
 

@@ -63,13 +63,16 @@ def test_random_walk_outputs_parse_with_lark_and_validate(case, info):
         validator.validate(json.loads(text))
 
 
-@pytest.mark.parametrize("keyword, schema, pointer", [
-    ("uniqueItems", {"type": "array", "uniqueItems": True}, "#/uniqueItems"),
-    ("contains", {"type": "array", "contains": {"type": "integer"}}, "#/contains"),
-    ("not", {"properties": {"a": {"not": {"type": "string"}}}}, "#/properties/a/not"),
-    ("if", {"if": {"type": "string"}, "then": {"minLength": 1}}, "#/if"),
-    ("dependencies", {"type": "object", "dependencies": {"a": ["b"]}}, "#/dependencies"),
-])
+@pytest.mark.parametrize(
+    "keyword, schema, pointer",
+    [
+        ("uniqueItems", {"type": "array", "uniqueItems": True}, "#/uniqueItems"),
+        ("contains", {"type": "array", "contains": {"type": "integer"}}, "#/contains"),
+        ("not", {"properties": {"a": {"not": {"type": "string"}}}}, "#/properties/a/not"),
+        ("if", {"if": {"type": "string"}, "then": {"minLength": 1}}, "#/if"),
+        ("dependencies", {"type": "object", "dependencies": {"a": ["b"]}}, "#/dependencies"),
+    ],
+)
 def test_unsupported_keywords_name_the_keyword_and_pointer(smol_info, keyword, schema, pointer):
     with pytest.raises(GrammarError) as e:
         compile_json_schema(schema, smol_info, cache=False)
@@ -79,8 +82,12 @@ def test_unsupported_keywords_name_the_keyword_and_pointer(smol_info, keyword, s
 def test_lenient_ignores_unsupported_keywords_with_a_warning(smol_info):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        g = compile_json_schema({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, smol_info,
-                                lenient=True, cache=False)
+        g = compile_json_schema(
+            {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+            smol_info,
+            lenient=True,
+            cache=False,
+        )
     assert any(issubclass(x.category, GrammarWarning) and "uniqueItems" in str(x.message) for x in w)
     m = g.matcher()
     m.advance_bytes(b"[1,1]")
@@ -104,16 +111,29 @@ def test_oneof_must_be_provably_disjoint(smol_info):
 
 
 def test_overlapping_object_branches_report_the_schema_location(smol_info):
-    schema = {"anyOf": [
-        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]}]}
+    schema = {
+        "anyOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+                "required": ["a"],
+            },
+        ]
+    }
     with pytest.raises(GrammarError, match="#/anyOf/"):
         compile_json_schema(schema, smol_info, cache=False)
 
 
 def test_properties_follow_schema_order(smol_info, smol_tokenizer):
-    g = compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                             "required": ["a", "b"]}, smol_info)
+    g = compile_json_schema(
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+        smol_info,
+    )
     assert first_rejection(g, smol_tokenizer.encode('{"a": 1, "b": 2}')) is None
     assert first_rejection(g, smol_tokenizer.encode('{"b": 2, "a": 1}')) is not None
 
@@ -132,8 +152,9 @@ def test_schema_as_json_text_and_caching(smol_info):
 def test_generated_grammar_is_plain_lark(smol_info):
     import lark
 
-    text = json_schema_to_lark({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
-                                "required": ["n"]})
+    text = json_schema_to_lark(
+        {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
+    )
     parser = lark.Lark(text, parser="lalr")
     parser.parse('{"n": 150}')
     with pytest.raises(lark.exceptions.LarkError):

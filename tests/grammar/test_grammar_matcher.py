@@ -95,7 +95,7 @@ def test_mask_width_is_the_logits_width_and_padding_is_never_allowed(qwen_info):
     mask = m.allowed()
     assert mask.dtype == torch.bool and mask.shape == (qwen_info.vocab_size,)
     assert qwen_info.vocab_size > len(qwen_info.token_bytes)
-    assert not mask[len(qwen_info.token_bytes):].any()
+    assert not mask[len(qwen_info.token_bytes) :].any()
     assert not m.can_advance(qwen_info.vocab_size - 1)
 
 
@@ -161,7 +161,9 @@ def test_whitespace_stays_bounded_against_a_whitespace_loving_model(smol_info):
     g = compile_json_schema(PERSON, smol_info)
     ws = [i for i, b in enumerate(smol_info.token_bytes) if b and not b.strip(b" \t\r\n")]
     rng = random.Random(0)
-    ids, out, finished = walk(g, smol_info, rng, 200, bias=sorted(ws, key=lambda i: -len(smol_info.token_bytes[i])))
+    ids, out, finished = walk(
+        g, smol_info, rng, 200, bias=sorted(ws, key=lambda i: -len(smol_info.token_bytes[i]))
+    )
     assert finished
     text = out.decode()
     assert json.loads(text) is not None
@@ -176,21 +178,31 @@ def test_whitespace_stays_bounded_against_a_whitespace_loving_model(smol_info):
 def test_compact_and_pretty_json_are_accepted(smol_info, smol_tokenizer):
     g = compile_grammar("json", smol_info)
     value = {"a": 1, "b": [2, 3], "c": {"d": None, "e": "x"}, "f": -1.5e-3, "g": True}
-    for text in (json.dumps(value, separators=(",", ":")), json.dumps(value), json.dumps(value, indent=2),
-                 json.dumps(value, indent="\t")):
+    for text in (
+        json.dumps(value, separators=(",", ":")),
+        json.dumps(value),
+        json.dumps(value, indent=2),
+        json.dumps(value, indent="\t"),
+    ):
         assert first_rejection(g, smol_tokenizer.encode(text)) is None, text
 
 
 def test_unicode_in_strings_keys_and_enums(info, request):
     tokenizer = request.getfixturevalue("smol_tokenizer" if info.vocab_size == 49152 else "qwen_tokenizer")
-    schema = {"type": "object", "properties": {"東京": {"enum": ["café", "😀", "naïve"]}, "ü": {"type": "string"}},
-              "required": ["東京", "ü"]}
+    schema = {
+        "type": "object",
+        "properties": {"東京": {"enum": ["café", "😀", "naïve"]}, "ü": {"type": "string"}},
+        "required": ["東京", "ü"],
+    }
     g = compile_json_schema(schema, info)
     for value in ({"東京": "😀", "ü": "Ærø ☃ 𝄞"}, {"東京": "café", "ü": ""}):
         for ensure_ascii in (False, True):
             text = json.dumps(value, ensure_ascii=ensure_ascii)
             assert first_rejection(g, tokenizer.encode(text, add_special_tokens=False)) is None, text
-    assert first_rejection(g, tokenizer.encode('{"東京": "cafe", "ü": ""}', add_special_tokens=False)) is not None
+    assert (
+        first_rejection(g, tokenizer.encode('{"東京": "cafe", "ü": ""}', add_special_tokens=False))
+        is not None
+    )
 
 
 def test_saved_mask_cache_gives_the_same_masks(smol_info, smol_tokenizer, tmp_path):
@@ -201,8 +213,12 @@ def test_saved_mask_cache_gives_the_same_masks(smol_info, smol_tokenizer, tmp_pa
     before = m.allowed().clone()
     path = tmp_path / "masks.npz"
     assert smol_info.save_cache(path) > 0
-    fresh = TokenizerInfo(smol_info.token_bytes, vocab_size=smol_info.vocab_size, eos_ids=smol_info.eos_ids,
-                          special=smol_info.special_text)
+    fresh = TokenizerInfo(
+        smol_info.token_bytes,
+        vocab_size=smol_info.vocab_size,
+        eos_ids=smol_info.eos_ids,
+        special=smol_info.special_text,
+    )
     assert fresh.load_cache(path) > 0
     g2 = compile_grammar("json", fresh)
     m2 = g2.matcher()

@@ -12,17 +12,34 @@ from grammar_helpers import first_rejection, walk
 from radixchat.grammar import GrammarError, compile_grammar, compile_tool_call_grammar, parse_tool_calls
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "Weather for a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string", "minLength": 1},
-                                                        "unit": {"enum": ["C", "F"]}}, "required": ["city"]}}},
-    {"name": "add", "description": "Add two integers",
-     "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                    "required": ["a", "b"]}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "minLength": 1}, "unit": {"enum": ["C", "F"]}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "name": "add",
+        "description": "Add two integers",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
     {"name": "now", "description": "The time; no parameters"},
 ]
-SCHEMAS = {"get_weather": TOOLS[0]["function"]["parameters"], "add": TOOLS[1]["parameters"],
-           "now": {"type": "object", "properties": {}, "additionalProperties": False}}
+SCHEMAS = {
+    "get_weather": TOOLS[0]["function"]["parameters"],
+    "add": TOOLS[1]["parameters"],
+    "now": {"type": "object", "properties": {}, "additionalProperties": False},
+}
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
 
 
@@ -41,9 +58,16 @@ def test_auto_accepts_free_text_or_calls(info, request):
 
 def test_auto_text_may_not_start_a_malformed_call(smol_info, smol_tokenizer):
     g = compile_tool_call_grammar(TOOLS, smol_info, "auto")
-    assert first_rejection(g, _ids(smol_tokenizer, '<tool_call>{"name": "rm", "arguments": {}}</tool_call>')) is not None
-    assert first_rejection(g, _ids(smol_tokenizer, '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')) \
+    assert (
+        first_rejection(g, _ids(smol_tokenizer, '<tool_call>{"name": "rm", "arguments": {}}</tool_call>'))
         is not None
+    )
+    assert (
+        first_rejection(
+            g, _ids(smol_tokenizer, '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
+        )
+        is not None
+    )
     assert first_rejection(g, _ids(smol_tokenizer, "<tool_call>hello")) is not None
 
 
@@ -51,10 +75,20 @@ def test_required_named_and_none(smol_info, smol_tokenizer):
     required = compile_tool_call_grammar(TOOLS, smol_info, "required")
     assert first_rejection(required, _ids(smol_tokenizer, "Sure!")) == 0
     assert first_rejection(required, _ids(smol_tokenizer, CALL)) is None
-    named = compile_tool_call_grammar(TOOLS, smol_info, {"type": "function", "function": {"name": "get_weather"}})
+    named = compile_tool_call_grammar(
+        TOOLS, smol_info, {"type": "function", "function": {"name": "get_weather"}}
+    )
     assert first_rejection(named, _ids(smol_tokenizer, CALL)) is not None
-    assert first_rejection(named, _ids(smol_tokenizer, '<tool_call>{"name": "get_weather", "arguments": '
-                                                        '{"city": "Oslo", "unit": "C"}}</tool_call>')) is None
+    assert (
+        first_rejection(
+            named,
+            _ids(
+                smol_tokenizer,
+                '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "C"}}</tool_call>',
+            ),
+        )
+        is None
+    )
     assert first_rejection(named, _ids(smol_tokenizer, CALL.replace("add", "get_weather") + CALL)) is not None
     none = compile_tool_call_grammar(TOOLS, smol_info, "none")
     assert first_rejection(none, _ids(smol_tokenizer, "Plain answer.")) is None
@@ -90,7 +124,7 @@ def test_sampled_calls_parse_and_validate(info, choice):
 
 
 def test_parse_tool_calls_splits_text_and_calls():
-    text = 'Let me check.\n' + CALL + '\n<tool_call>{"name": "now", "arguments": "{}"}</tool_call>'
+    text = "Let me check.\n" + CALL + '\n<tool_call>{"name": "now", "arguments": "{}"}</tool_call>'
     parsed = parse_tool_calls(text)
     assert parsed.content == "Let me check."
     assert parsed.calls == [{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "now", "arguments": {}}]

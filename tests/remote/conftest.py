@@ -26,7 +26,8 @@ SERVER_START_TIMEOUT_S = 120
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "remote_server: needs llama-cpp-python[server] (a real OpenAI-compatible server on loopback)"
+        "markers",
+        "remote_server: needs llama-cpp-python[server] (a real OpenAI-compatible server on loopback)",
     )
 
 
@@ -82,15 +83,31 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = tmp_path_factory.mktemp("llama_server") / "server.log"
     cmd = [
-        sys.executable, "-m", "llama_cpp.server",
-        "--model", str(smollm2_gguf()), "--model_alias", SERVED_ALIAS,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--chat_format", "chatml", "--n_ctx", "2048", "--n_threads", "2",
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(smollm2_gguf()),
+        "--model_alias",
+        SERVED_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--chat_format",
+        "chatml",
+        "--n_ctx",
+        "2048",
+        "--n_threads",
+        "2",
         # Its default lets a new request cut the running stream short; batch mode sends them concurrently.
-        "--interrupt_requests", "False",
+        "--interrupt_requests",
+        "False",
     ]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*"})
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*"}
+        )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
@@ -101,7 +118,9 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 if json.load(resp)["data"]:
                     break
             if time.monotonic() > deadline:
-                pytest.fail(f"llama.cpp server did not answer in {SERVER_START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+                pytest.fail(
+                    f"llama.cpp server did not answer in {SERVER_START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}"
+                )
             time.sleep(0.3)
         yield url
     finally:

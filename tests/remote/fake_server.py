@@ -24,7 +24,11 @@ class Stream:
     deltas: list[str] = field(default_factory=lambda: ["Hello", " there", "!"])
     finish: str | None = "stop"  # None: end the stream (cleanly) without a finish reason
     usage: dict[str, Any] | None = field(
-        default_factory=lambda: {"prompt_tokens": 20, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 12}}
+        default_factory=lambda: {
+            "prompt_tokens": 20,
+            "completion_tokens": 3,
+            "prompt_tokens_details": {"cached_tokens": 12},
+        }
     )
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name": ..., "arguments": "{...}"}
     delay_first: float = 0.0  # after the role chunk, before the first content
@@ -102,7 +106,13 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
 
         def _record(self, body: Any) -> None:
             with server._lock:
-                server.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                server.requests.append(
+                    {
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "body": body,
+                    }
+                )
 
         def _json(self, code: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()
@@ -149,7 +159,10 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
 
         def _event(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {
-                "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": server.models[0],
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": server.models[0],
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
 
@@ -167,8 +180,12 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self._chunk(self._event({"content": text}))
                 time.sleep(s.delay_each)
             for i, call in enumerate(s.tool_calls):
-                first = {"index": i, "id": f"call_fake_{i}", "type": "function",
-                         "function": {"name": call["name"], "arguments": ""}}
+                first = {
+                    "index": i,
+                    "id": f"call_fake_{i}",
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": ""},
+                }
                 self._chunk(self._event({"tool_calls": [first]}))
                 args = call["arguments"]
                 for part in (args[: len(args) // 2], args[len(args) // 2 :]):
@@ -177,8 +194,16 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self._chunk(self._event({}, s.finish))
                 if s.usage is not None and (body.get("stream_options") or {}).get("include_usage"):
                     usage = {"total_tokens": 0, **s.usage}
-                    self._chunk({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
-                                 "model": server.models[0], "choices": [], "usage": usage})
+                    self._chunk(
+                        {
+                            "id": "chatcmpl-fake",
+                            "object": "chat.completion.chunk",
+                            "created": 0,
+                            "model": server.models[0],
+                            "choices": [],
+                            "usage": usage,
+                        }
+                    )
                 self._chunk("[DONE]")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

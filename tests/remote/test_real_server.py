@@ -98,7 +98,12 @@ async def test_the_servers_only_model_is_found_without_naming_it(llama_server):
 
 def test_batch_mode_end_to_end_on_a_real_server(llama_server, tmp_path):
     rows = [
-        {"id": "a", "system": "Be brief.", "turns": ["What is the sun?", "Say it shorter."], "max_tokens": 16},
+        {
+            "id": "a",
+            "system": "Be brief.",
+            "turns": ["What is the sun?", "Say it shorter."],
+            "max_tokens": 16,
+        },
         {"id": "b", "turns": ["What is rain?"], "max_tokens": 16},
         {"id": "j", "turns": ["The weather in Rome?"], "mode": "json", "schema": SCHEMA, "max_tokens": 64},
     ]
@@ -106,7 +111,10 @@ def test_batch_mode_end_to_end_on_a_real_server(llama_server, tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     proc = subprocess.run(
         [RADIXCHAT, "--backend", llama_server, "--batch", str(path), "--ordered"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "RADIXCHAT_TEMPERATURE": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RADIXCHAT_TEMPERATURE": "0"},
     )
     assert proc.returncode == 0, proc.stderr
     recs = [json.loads(line) for line in proc.stdout.splitlines()]

@@ -43,23 +43,26 @@ async def test_reply_streams_deltas_and_appends_the_message_without_token_ids(ma
     assert conv.ids == [] and conv.full_renders == 0
 
 
-
 async def test_request_carries_history_sampling_and_asks_for_usage(make_backend, fake):
     backend = make_backend()
     conv = backend.new_conversation(system="Be brief.")
     await ask(backend, "Hi", conv)
-    params = SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, top_k=20, repetition_penalty=1.1, seed=3, stop=("END",))
+    params = SamplingParams(
+        max_tokens=7, temperature=0.5, top_p=0.9, top_k=20, repetition_penalty=1.1, seed=3, stop=("END",)
+    )
     conv.add_user("Again")
     await backend.reply(conv, params).result()
     body = fake.chat_requests[-1]["body"]
     assert body["model"] == "fake-model" and body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
     assert [(m["role"], m["content"]) for m in body["messages"]] == [
-        ("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello there!"), ("user", "Again")
+        ("system", "Be brief."),
+        ("user", "Hi"),
+        ("assistant", "Hello there!"),
+        ("user", "Again"),
     ]
     assert (body["max_tokens"], body["temperature"], body["top_p"], body["seed"]) == (7, 0.5, 0.9, 3)
     assert body["stop"] == ["END"] and body["top_k"] == 20 and body["repetition_penalty"] == 1.1
-
 
 
 async def test_usage_with_cached_tokens_fills_the_footer(make_backend):
@@ -72,7 +75,6 @@ async def test_usage_with_cached_tokens_fills_the_footer(make_backend):
     assert backend.totals.hit_rate == pytest.approx(12 / 20)
 
 
-
 async def test_a_server_that_reports_no_usage_leaves_prompt_and_cache_unknown(make_backend, fake):
     fake.default = Stream(deltas=["a", "b", "c", "d"], usage=None)
     backend = make_backend()
@@ -83,7 +85,6 @@ async def test_a_server_that_reports_no_usage_leaves_prompt_and_cache_unknown(ma
     assert "reused" not in result.footer() and "TTFT" in result.footer()
     assert result.message.meta["usage"] == {"completion_tokens": 4}
     assert backend.totals.hit_rate is None
-
 
 
 async def test_a_server_that_reports_no_cached_tokens_shows_the_prompt_size(make_backend, fake):
@@ -180,7 +181,9 @@ async def test_an_unreachable_server_is_retried_then_reported(make_backend):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed when the block ends: nothing listens there
     result = await ask(make_backend(url=f"http://127.0.0.1:{port}/v1", retries=1))
-    assert result.finish_reason == "error" and result.error.startswith(f"cannot reach http://127.0.0.1:{port}/v1")
+    assert result.finish_reason == "error" and result.error.startswith(
+        f"cannot reach http://127.0.0.1:{port}/v1"
+    )
     assert "after 2 tries" in result.error
 
 
@@ -244,12 +247,17 @@ async def test_a_server_that_refuses_json_schema_gets_llama_cpps_form(make_backe
     assert fake.chat_requests[1]["body"]["response_format"] == {"type": "json_object", "schema": SCHEMA}
     # Learnt once for this backend: later replies use that form straight away.
     await ask(backend, grammar=grammar_for(backend, "json", schema=SCHEMA))
-    assert len(fake.chat_requests) == 3 and fake.chat_requests[2]["body"]["response_format"]["type"] == "json_object"
+    assert (
+        len(fake.chat_requests) == 3
+        and fake.chat_requests[2]["body"]["response_format"]["type"] == "json_object"
+    )
 
 
 async def test_a_server_error_naming_response_format_also_gets_llama_cpps_form(make_backend, fake):
     # llama-cpp-python's answer to json_schema: a 500 carrying the validation error.
-    fake.script = [Status(500, "1 validation error: ('body', 'response_format', 'type') Input should be 'text'")]
+    fake.script = [
+        Status(500, "1 validation error: ('body', 'response_format', 'type') Input should be 'text'")
+    ]
     backend = make_backend()
     result = await ask(backend, grammar=grammar_for(backend, "json", schema=SCHEMA))
     assert result.finish_reason == "stop" and len(fake.chat_requests) == 2  # switched at once, no retries
@@ -278,14 +286,24 @@ def test_tool_mode_sends_tools_and_tool_choice(make_backend):
 
 async def test_tool_calls_from_the_server_run_and_their_results_go_back_with_ids(make_backend, fake):
     fake.script = [
-        Stream(deltas=[], tool_calls=[{"name": "calculator", "arguments": '{"expression": "6*7"}'}], finish="tool_calls"),
+        Stream(
+            deltas=[],
+            tool_calls=[{"name": "calculator", "arguments": '{"expression": "6*7"}'}],
+            finish="tool_calls",
+        ),
         Stream(deltas=["It is ", "42."]),
     ]
     backend = make_backend()
     registry = ToolRegistry.from_config([])
     conv = backend.new_conversation(system="Use tools.")
     turn = await run_tool_turn(
-        backend, conv, "What is 6*7?", PARAMS, registry.select(["calculator"]), registry, ToolContext(),
+        backend,
+        conv,
+        "What is 6*7?",
+        PARAMS,
+        registry.select(["calculator"]),
+        registry,
+        ToolContext(),
         allow_listed(set()),
     )
     assert [c.as_dict()["result"] for c in turn.calls] == ["42"]
@@ -295,7 +313,11 @@ async def test_tool_calls_from_the_server_run_and_their_results_go_back_with_ids
     assert second["tools"][0]["function"]["name"] == "calculator"
     assistant, tool = second["messages"][-2:]
     assert assistant["tool_calls"] == [
-        {"id": "call_fake_0", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "6*7"}'}}
+        {
+            "id": "call_fake_0",
+            "type": "function",
+            "function": {"name": "calculator", "arguments": '{"expression": "6*7"}'},
+        }
     ]
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_fake_0" and tool["content"] == "42"
 
@@ -333,7 +355,9 @@ async def test_a_named_model_the_server_does_not_serve_is_refused_with_what_it_s
 
 
 async def test_listing_models_on_an_unreachable_server_is_one_line(make_backend):
-    with pytest.raises(BackendUnavailableError, match=r"^cannot reach http://127\.0\.0\.1:9/v1 \(listing models\)"):
+    with pytest.raises(
+        BackendUnavailableError, match=r"^cannot reach http://127\.0\.0\.1:9/v1 \(listing models\)"
+    ):
         await make_backend(url="http://127.0.0.1:9").list_models()
 
 
@@ -348,4 +372,3 @@ async def test_concurrent_replies_are_limited_to_max_concurrent(make_backend, fa
     assert len(fake.chat_requests) == 2
     results = await asyncio.gather(*(r.result() for r in replies))
     assert all(r.finish_reason == "stop" for r in results) and len(fake.chat_requests) == 4
-

@@ -40,7 +40,9 @@ def test_backend_is_local_by_default_and_a_bare_host_gets_v1():
 
 
 def test_a_backend_that_is_not_a_url_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"^invalid setting 'backend': must be 'local' or an http\(s\):// URL"):
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting 'backend': must be 'local' or an http\(s\):// URL"
+    ):
         Settings.load({"backend": "gpu-box:30000"})
 
 
@@ -75,11 +77,16 @@ def test_batch_sessions_continue_on_the_server_with_their_history(fake, tmp_path
     assert main(["--backend", fake.url, "--batch", str(first), "--save-sessions", str(sessions)]) == 0
     saved = json.loads((sessions / "s.json").read_text())
     assert saved["model"] == "fake-model" and all(m["token_ids"] is None for m in saved["messages"])
-    second = write_jsonl(tmp_path / "2.jsonl", [{"id": "s2", "session": str(sessions / "s.json"), "turns": ["More"]}])
+    second = write_jsonl(
+        tmp_path / "2.jsonl", [{"id": "s2", "session": str(sessions / "s.json"), "turns": ["More"]}]
+    )
     assert main(["--backend", fake.url, "--batch", str(second)]) == 0
     sent = fake.chat_requests[-1]["body"]["messages"]
     assert [(m["role"], m["content"]) for m in sent] == [
-        ("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello there!"), ("user", "More")
+        ("system", "Be brief."),
+        ("user", "Hi"),
+        ("assistant", "Hello there!"),
+        ("user", "More"),
     ]
     capsys.readouterr()
 
@@ -98,17 +105,36 @@ def test_batch_on_a_server_keeps_going_when_one_conversation_fails(fake, tmp_pat
     sessions = tmp_path / "sessions"
     env = {**os.environ, "RC_KEY": SECRET, "RADIXCHAT_REMOTE_RETRIES": "1"}
     proc = subprocess.run(
-        [RADIXCHAT, "--backend", fake.url, "--api-key-env", "RC_KEY", "--batch", str(path), "--ordered",
-         "--save-sessions", str(sessions)],
-        capture_output=True, text=True, timeout=120, env=env,
+        [
+            RADIXCHAT,
+            "--backend",
+            fake.url,
+            "--api-key-env",
+            "RC_KEY",
+            "--batch",
+            str(path),
+            "--ordered",
+            "--save-sessions",
+            str(sessions),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert proc.returncode == 1, proc.stderr
     recs = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [(r["id"], r["turn"], r["finish_reason"]) for r in recs] == [
-        ("ok", 0, "stop"), ("ok", 1, "stop"), ("bad", 0, "error"), ("js", 0, "stop")
+        ("ok", 0, "stop"),
+        ("ok", 1, "stop"),
+        ("bad", 0, "error"),
+        ("js", 0, "stop"),
     ]
     ok, bad = recs[0], recs[2]
-    assert ok["usage"] == {"prompt_tokens": 20, "cached_tokens": 12, "completion_tokens": 3} and ok["ttft_ms"] > 0
+    assert (
+        ok["usage"] == {"prompt_tokens": 20, "cached_tokens": 12, "completion_tokens": 3}
+        and ok["ttft_ms"] > 0
+    )
     assert "failed with a server error (500) after 2 tries: model crashed" in bad["error"]
     assert json.loads(recs[3]["reply"]) == {"n": 1}
     assert fake.chat_requests[-1]["headers"]["authorization"] == f"Bearer {SECRET}"
