@@ -7,6 +7,7 @@ import threading
 
 from textual import events
 
+from radixchat.chat.session import load_session, session_path
 from radixchat.errors import ModelLoadError
 from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.user_message import UserMessage
@@ -224,3 +225,18 @@ async def test_quitting_in_the_middle_of_a_reply_exits_cleanly(make_app, fake):
         await wait_until(lambda: app._reply is not None, pilot=pilot)
         await pilot.press("ctrl+q")
     assert app.return_code == 0
+
+
+async def test_quitting_mid_reply_saves_the_prompt_and_the_partial_reply(make_app, fake, settings):
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "first")
+        fake.script = Script(reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event())
+        await say(app, pilot, "a long one", wait=False)
+        await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0
+    saved = load_session(session_path(settings.sessions_dir, app.state.session_name))
+    assert [m.content for m in saved.messages][-2:] == ["a long one", "ab"]
+    assert saved.messages[-1].finish_reason == "cancelled"
