@@ -232,7 +232,9 @@ async def test_quitting_mid_reply_saves_the_prompt_and_the_partial_reply(make_ap
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await say(app, pilot, "first")
-        fake.script = Script(reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event())
+        fake.script = Script(
+            reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event()
+        )
         await say(app, pilot, "a long one", wait=False)
         await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
         await pilot.press("ctrl+q")
