@@ -47,6 +47,7 @@ from radixchat.tui.widgets.transcript import Transcript
 from radixchat.tui.widgets.welcome import Welcome
 
 NARROW = 110  # columns below which the side panel hides itself
+MIN_PANELS = 80  # columns below which it cannot be shown at all (it is 44 wide; the chat needs the rest)
 EXIT_MODEL = 3  # as the CLI: the model failed to load
 
 
@@ -197,13 +198,16 @@ class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
         narrow = event.size.width < NARROW
         if narrow != self._narrow:
             self._narrow, self._panels_on = narrow, None
-        self._layout_panels()
+        self._layout_panels(event.size.width)
 
-    def _layout_panels(self) -> None:
+    def _layout_panels(self, width: int | None = None) -> None:
         on = self._panels_on if self._panels_on is not None else not self._narrow
-        self.query_one(SidePanel).display = on
+        self.query_one(SidePanel).display = on and (width or self.size.width) >= MIN_PANELS
 
     def action_toggle_panels(self) -> None:
+        if not self.query_one(SidePanel).display and self.size.width < MIN_PANELS:
+            self.notify(f"The panels need a window at least {MIN_PANELS} columns wide.", title="Panels")
+            return
         self._panels_on = not self.query_one(SidePanel).display
         self._layout_panels()
         self.refresh_panels()

@@ -91,6 +91,25 @@ async def test_panels_hide_on_narrow_terminals_and_toggle_with_ctrl_b(make_app):
         assert side.display  # back to automatic once the width crossed the threshold
 
 
+async def test_a_window_too_narrow_for_the_panels_refuses_them_and_survives_resizes(make_app):
+    """At 48 columns the 44-column panel squeezed the prompt to width 0 and Textual crashed."""
+    app = make_app()
+    async with app.run_test(size=(48, 20)) as pilot:
+        await ready(app, pilot)
+        side = app.query_one(SidePanel)
+        await pilot.press("ctrl+b")
+        await pilot.pause()
+        assert not side.display
+        assert any("at least 80 columns" in n.message for n in app._notifications)
+        for width in (140, 40, 140, 60, 120):
+            await pilot.resize_terminal(width, 30)
+            await pilot.pause()
+            assert side.display == (width >= 110)
+            assert app.prompt.size.width > 0
+        await say(app, pilot, "still here")
+        assert app.state.conv.messages[-1].content == "You said: **still here**"
+
+
 async def test_the_memory_panel_shows_cuda_allocated_and_reserved_on_a_gpu(make_app, fake):
     import dataclasses
 
