@@ -266,9 +266,7 @@ class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
             await stop_backend(backend)
 
     async def action_quit(self) -> None:
-        if self._reply is not None:  # keep the prompt and what came of the reply, as Esc would
-            await self.stop_reply()
-            await self.autosave()
+        await self.stop_reply()  # keeps and saves the prompt and what came of the reply, as Esc would
         await self.shutdown()
         code = self.return_code_on_quit
         self.exit(code, return_code=code)

@@ -228,10 +228,12 @@ class ChatActions(_Base):
             self.prompt.focus()
 
     async def stop_reply(self) -> None:
-        """Stop any reply and wait until its text is kept (before switching conversations)."""
+        """Stop any reply, wait until its text is kept, and save it (before switching conversations: the
+        end-of-turn autosave would run only after the switch)."""
         if self._reply is not None:
             self._reply.cancel()
             await self.workers.wait_for_complete([w for w in self.workers if w.group == "reply"])
+            await self.autosave()
 
     async def on_regenerate_requested(self, event: RegenerateRequested) -> None:
         await self.action_regenerate()
