@@ -121,10 +121,10 @@ class Settings(BaseSettings):
     top_p: float = Field(0.9, gt=0.0, le=1.0, description="nucleus sampling mass")
     top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0 = off)")
     repetition_penalty: float = Field(
-        1.1, gt=0.0, le=5.0, description="penalty for repeated tokens (1 = off)"
+        1.1, ge=0.01, le=5.0, description="penalty for repeated tokens (1 = off)"
     )
     max_tokens: int = Field(512, ge=1, description="most tokens generated per reply")
-    seed: int | None = Field(None, description="sampling seed (default: random)")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="sampling seed (default: random)")
     system_prompt: str | None = Field(None, description="system prompt for new conversations")
 
     # -- tools (tool mode) ------------------------------------------------------------------------------

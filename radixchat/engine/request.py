@@ -45,6 +45,10 @@ class TokenMatcher(Protocol):
     def is_terminated(self) -> bool: ...
 
 
+MIN_PENALTY, MAX_PENALTY = 0.01, 100.0  # beyond these, dividing logits by the penalty overflows
+MAX_SEED = 2**63 - 1  # torch generators take a 64-bit seed
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """How to pick tokens and when to stop. ``temperature == 0`` is greedy."""
@@ -68,8 +72,12 @@ class SamplingParams:
             problems.append(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             problems.append(f"top_k must be a non-negative integer, got {self.top_k!r}")
-        if not self.repetition_penalty > 0.0:
-            problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
+        if not MIN_PENALTY <= self.repetition_penalty <= MAX_PENALTY:
+            problems.append(
+                f"repetition_penalty must be in [{MIN_PENALTY}, {MAX_PENALTY}], got {self.repetition_penalty!r}"
+            )
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed <= MAX_SEED):
+            problems.append(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
         if isinstance(self.stop, str) or any(not isinstance(s, str) or not s for s in self.stop):
             problems.append("stop must be a list of non-empty strings")
         if problems:

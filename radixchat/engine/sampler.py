@@ -8,6 +8,8 @@ from radixchat.engine.request import Request
 
 FAILED = -1  # the token "sampled" for a request whose sampling raised (its error is set)
 
+MIN_TEMPERATURE = 1e-4  # logits of ~±50 stay finite in float32 when divided by it
+
 
 def apply_repetition_penalty(row: torch.Tensor, ids: list[int], penalty: float) -> None:
     """HF's rule on every prompt and output token: divide positive logits, multiply negative ones."""
@@ -25,6 +27,7 @@ def top_k_top_p_filter(row: torch.Tensor, top_k: int, top_p: float) -> torch.Ten
         probs = sorted_logits.softmax(-1)
         # Drop a token when the mass before it already reaches top_p (the first token always stays).
         drop = (probs.cumsum(-1) - probs) >= top_p
+        drop[0] = False  # even when top_p rounds to 0 in float32
         row = row.masked_fill(torch.zeros_like(drop).scatter_(0, order, drop), float("-inf"))
     return row
 
@@ -73,7 +76,8 @@ class Sampler:
             row.masked_fill_(~mask[: row.numel()].to(row.device), float("-inf"))
         if p.greedy:
             return int(row.argmax())
-        row = top_k_top_p_filter(row / p.temperature, p.top_k, p.top_p)
+        # A temperature too small to divide by without overflow samples as greedy does.
+        row = top_k_top_p_filter(row / max(p.temperature, MIN_TEMPERATURE), p.top_k, p.top_p)
         probs = row.softmax(-1)
         if req.generator is not None and req.generator.device != probs.device:
             probs = probs.cpu()

@@ -139,6 +139,10 @@ async def test_bad_requests_raise_clear_errors_and_engine_keeps_serving(tiny_eng
         SamplingParams(top_p=0)
     with pytest.raises(RequestError, match="max_tokens"):
         SamplingParams(max_tokens=0)
+    with pytest.raises(RequestError, match=r"seed must be an integer in \[0, 2\*\*63 - 1\]"):
+        SamplingParams(seed=2**64)
+    with pytest.raises(RequestError, match="repetition_penalty must be in"):
+        SamplingParams(repetition_penalty=1e-300)
     comp = await tiny_engine.generate([1, 2, 3], SamplingParams(max_tokens=4, ignore_eos=True))
     assert len(comp.token_ids) == 4
 
@@ -197,6 +201,16 @@ async def test_seeded_sampling_is_reproducible_and_batch_independent(tiny_engine
         [7, 8, 9], SamplingParams(max_tokens=12, temperature=1.0, seed=43, ignore_eos=True)
     )
     assert other.token_ids != alone.token_ids
+
+
+async def test_vanishing_temperature_and_top_p_sample_like_greedy(tiny_engine):
+    """1e-300 overflowed the logits (temperature) or rounded to 0 in float32 (top_p): no token was left."""
+    greedy = await tiny_engine.generate([4, 5, 6], SamplingParams(max_tokens=8, ignore_eos=True))
+    for params in ({"temperature": 1e-300}, {"temperature": 1.0, "top_p": 1e-300}):
+        comp = await tiny_engine.generate(
+            [4, 5, 6], SamplingParams(max_tokens=8, seed=5, ignore_eos=True, **params)
+        )
+        assert comp.error is None and comp.token_ids == greedy.token_ids, params
 
 
 async def test_top_k_one_is_greedy(tiny_engine):
