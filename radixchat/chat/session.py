@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
 
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
 from radixchat.errors import SessionError
@@ -42,7 +42,7 @@ class SessionMessage(BaseModel):
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str
-    token_ids: list[int] | None = None
+    token_ids: list[NonNegativeInt] | None = None
     finish_reason: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     name: str | None = None
@@ -177,6 +177,9 @@ def conversation_from_session(
 ) -> Conversation:
     """Rebuild a conversation. Token ids are kept only for the same model (they are its tokenizer's)."""
     same_model = session.model == model
+    vocab = len(fmt.tokenizer) if fmt.tokenizer is not None else None  # None: a remote server's format
+    if vocab is not None and any(i >= vocab for m in session.messages for i in m.token_ids or ()):
+        same_model = False  # ids the tokenizer does not have (a damaged file): re-render from the text
     messages = []
     for m in session.messages:
         ids = list(m.token_ids) if same_model and m.token_ids is not None else []

@@ -229,24 +229,23 @@ def array_shape(comp, schema: dict, path: str, sh) -> None:
     k0 = max(len(psyms), mini, 1)
     if maxi is not None and maxi > MAX_UNROLL:
         raise GrammarError(f"maxItems at #{path}/maxItems is too large to unroll")
+    if k0 > MAX_UNROLL:
+        raise GrammarError(f"minItems at #{path}/minItems is too large to unroll")
 
     def item(k: int) -> str:
         return psyms[k] if k < len(psyms) else rsym
 
-    def A(k: int) -> str:
+    # Rule {base}_k: the items after the k-th; unrolled up to k0 (or maxItems), then a loop.
+    w.rule(base, [['"["', item(0), f"{base}_1", '"]"']])
+    for k in range(1, (maxi if maxi is not None else k0) + 1):
         name = f"{base}_{k}"
         if maxi is None and k >= k0:
             w.rule(name, [[], [name, '","', rsym]])
-            return name
-        alts: list[list[str]] = []
-        if k >= mini:
-            alts.append([])
+            break
+        alts: list[list[str]] = [[]] if k >= mini else []
         if maxi is None or k < maxi:
-            alts.append(['","', item(k), A(k + 1)])
+            alts.append(['","', item(k), f"{base}_{k + 1}"])
         w.rule(name, alts)
-        return name
-
-    w.rule(base, [['"["', item(0), A(1), '"]"']])
     sh.arrays.append(base)
 
 

@@ -56,6 +56,14 @@ def test_other_model_drops_token_ids(tmp_path, conv, smol_tokenizer):
     )
 
 
+def test_token_ids_outside_the_vocabulary_are_dropped_and_the_text_rerendered(conv, smol_tokenizer):
+    session = session_from_conversation(conv, name="x", model=MODEL)
+    session.messages[1].token_ids = [999_999_999]
+    again = conversation_from_session(session, ChatFormat(smol_tokenizer), MODEL)
+    assert again.ids == [] and [m.content for m in again.messages] == [m.content for m in conv.messages]
+    assert again.add_user("next")[: len(conv.ids)] == conv.ids  # the text renders to the real ids
+
+
 def test_write_is_atomic_and_leaves_no_temp_files(tmp_path, conv):
     path = tmp_path / "s.json"
     save_session(session_from_conversation(conv, name="s", model=MODEL), path)
@@ -89,6 +97,11 @@ def test_failed_write_keeps_the_old_file(tmp_path, conv, monkeypatch):
         (
             '{"version": 2, "name": "x", "model": "m", "messages": [{"role": "robot", "content": ""}]}',
             "messages.0.role",
+        ),
+        (
+            '{"version": 2, "name": "x", "model": "m", "messages": [{"role": "user", "content": "",'
+            ' "token_ids": [5, -3]}]}',
+            "messages.0.token_ids.1",
         ),
     ],
 )

@@ -99,6 +99,18 @@ def test_remote_ref_is_rejected(smol_info):
         compile_json_schema({"$ref": "https://example.com/s.json"}, smol_info, cache=False)
 
 
+def test_long_minimum_arrays_compile_and_absurd_ones_are_refused(smol_info):
+    """minItems 1000 used to recurse once per item and overflow Python's stack."""
+    g = compile_json_schema({"type": "array", "minItems": 1000, "items": {"type": "integer"}}, smol_info)
+    m = g.matcher()
+    m.advance_bytes(b"[" + b",".join([b"7"] * 999))
+    assert not m.is_accepting()
+    m.advance_bytes(b",7]")
+    assert m.is_accepting()
+    with pytest.raises(GrammarError, match="minItems at #/properties/a/minItems is too large"):
+        compile_json_schema({"properties": {"a": {"minItems": 10**6}}}, smol_info, cache=False)
+
+
 def test_unresolvable_ref_names_it(smol_info):
     with pytest.raises(GrammarError, match="does not resolve"):
         compile_json_schema({"properties": {"a": {"$ref": "#/$defs/missing"}}}, smol_info, cache=False)
