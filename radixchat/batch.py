@@ -4,7 +4,7 @@ Every conversation runs concurrently through the engine's continuous batching (t
 in order). A record is written and flushed as soon as its turn finishes, so a killed run keeps everything
 completed; ``--ordered`` writes records in input order instead. Bad lines yield an error record naming the
 line and id; the other lines still run. Exit codes: 0 all ok, 1 some conversation failed, 2 usage error,
-3 model failed to load (or the remote server cannot be used), 130 interrupted. With ``--backend URL`` the
+3 model failed to load (or the remote server cannot be used), 130 interrupted (143 on SIGTERM). With ``--backend URL`` the
 conversations run on an OpenAI-compatible server instead (see docs/remote.md); a conversation the server
 fails gets an error record and the others go on. This module never imports Textual.
 """
@@ -15,9 +15,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -48,7 +50,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 class BatchLine(BaseModel):
     """One input line: a conversation."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Strict: "5" is not a number and true is not 1 (typos and type slips must not pass silently).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
     id: str | int
     system: str | None = None
@@ -59,8 +62,8 @@ class BatchLine(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=5.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0, le=5.0)
-    seed: int | None = None
+    repetition_penalty: float | None = Field(default=None, ge=0.01, le=5.0)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     stop: list[str] | None = None
     session: str | None = None
     tools: list[str] | None = None
@@ -123,28 +126,70 @@ def record(
     }
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _load_json_line(raw: str) -> Any:
+    """``json.loads`` that raises ValueError (with a short reason) for everything RFC 8259 does not allow
+    or that Python cannot hold: NaN/Infinity, lone surrogates, huge integers, absurd nesting."""
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ValueError(str(exc).split(":")[0]) from None
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)") from None
+    return data
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """A validation error's location as the user wrote it: ``turns[2]``, not ``turns.2`` or ``id.str``."""
+    where = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            where += f"[{part}]"
+        elif i == 0:
+            where = str(part)
+        elif loc[0] in ("json_schema", "schema", "tool_choice"):
+            where += f".{part}"
+        # else: a union member's tag (``str``, ``int``) that pydantic adds
+    return {"json_schema": "schema"}.get(where, where)
+
+
 def parse_lines(text: str) -> list[Job]:
     """One job per non-blank line; invalid lines become jobs that carry their error."""
     jobs: list[Job] = []
     seen: set[str] = set()
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only: U+2028 or NEL inside a JSON string must not split a line.
+    for lineno, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         job = Job(lineno, None)
         jobs.append(job)
         try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            job.error = f"line {lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+            data = _load_json_line(raw)
+        except ValueError as exc:
+            job.error = f"line {lineno}: invalid JSON: {exc}"
             continue
-        if isinstance(data, dict) and isinstance(data.get("id"), (str, int)):
+        if not isinstance(data, dict):
+            job.error = f"line {lineno}: expected a JSON object, got {type(data).__name__}"
+            continue
+        if type(data.get("id")) in (str, int):
             job.id = data["id"]
         try:
             job.spec = BatchLine.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "line"
+            where = _where(tuple(err["loc"])) or "line"
             msg = err["msg"].removeprefix("Value error, ")
+            if where == "id" and err["type"] in ("string_type", "int_type"):
+                msg = "must be a string or an integer"
             job.error = f"line {lineno}{_id_note(job)}: {where}: {msg}"
             continue
         key = str(job.spec.id)
@@ -155,6 +200,23 @@ def parse_lines(text: str) -> list[Job]:
     return jobs
 
 
+def check_session_names(jobs: list[Job], save_dir: Path) -> None:
+    """With ``--save-sessions``: two ids that map to one file name would overwrite each other's
+    session; the later line fails instead."""
+    taken: dict[Path, Job] = {}
+    for job in jobs:
+        if job.spec is None:
+            continue
+        path = session_path(save_dir, str(job.spec.id))
+        first = taken.setdefault(path, job)
+        if first is not job:
+            job.error = (
+                f"line {job.line}{_id_note(job)}: its session file {path.name} would overwrite the one of "
+                f"line {first.line}{_id_note(first)}; use ids that differ in letters or digits"
+            )
+            job.spec = None
+
+
 def _id_note(job: Job) -> str:
     return f" (id {job.id!r})" if job.id is not None else ""
 
@@ -162,8 +224,12 @@ def _id_note(job: Job) -> str:
 class Writer:
     """Writes records as they finish (or in input order with ``ordered``), flushing every line."""
 
-    def __init__(self, out: IO[str], jobs: list[Job], ordered: bool) -> None:
+    def __init__(
+        self, out: IO[str], jobs: list[Job], ordered: bool, on_error: Callable[[], None] = lambda: None
+    ) -> None:
         self.out, self.jobs, self.ordered = out, jobs, ordered
+        self.on_error = on_error  # called once when the output cannot be written (disk full, closed pipe)
+        self.error: OSError | None = None
         self._next_job = 0
         self._written: dict[int, int] = {}  # job index -> records written
 
@@ -198,8 +264,14 @@ class Writer:
             self._next_job += 1
 
     def _write(self, rec: dict[str, Any]) -> None:
-        self.out.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        self.out.flush()
+        if self.error is not None:
+            return
+        try:
+            self.out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            self.out.flush()
+        except OSError as exc:
+            self.error = exc
+            self.on_error()
 
 
 class Progress:
@@ -355,14 +427,10 @@ class BatchRunner:
 
     def _save(self, job: Job, spec: BatchLine, plan: Plan) -> None:
         name = str(spec.id)
-        sampling = SamplingSettings(
-            temperature=spec.temperature,
-            top_p=spec.top_p,
-            top_k=spec.top_k,
-            repetition_penalty=spec.repetition_penalty,
-            max_tokens=spec.max_tokens,
-            seed=spec.seed,
-        )
+        # A continued session keeps its sampling settings; the line's own values win over them.
+        kept = plan.saved.sampling.model_dump() if plan.saved is not None else {}
+        given = {n: getattr(spec, n) for n in SamplingSettings.model_fields if getattr(spec, n) is not None}
+        sampling = SamplingSettings(**{**kept, **given})
         session = session_from_conversation(
             plan.conv,
             name=name,
@@ -382,14 +450,56 @@ class BatchRunner:
 
 
 def read_input(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
+    """The whole input as text: UTF-8 (a byte-order mark is dropped). Raises RadixchatError."""
+    where = "stdin" if source == "-" else f"batch file {source}"
     try:
-        return Path(source).read_text(encoding="utf-8")
+        if source == "-":
+            if sys.stdin is None:
+                raise RadixchatError("cannot read stdin: it is closed")
+            data = sys.stdin.buffer.read()
+        else:
+            data = Path(source).read_bytes()
+        return data.decode("utf-8-sig")
     except FileNotFoundError:
         raise RadixchatError(f"batch file not found: {source}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RadixchatError(f"cannot read batch file {source}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise RadixchatError(f"cannot read {where}: line {line} is not UTF-8 (byte {exc.start})") from None
+    except OSError as exc:
+        raise RadixchatError(f"cannot read {where}: {exc.strerror or exc}") from None
+
+
+def open_output(target: str | None) -> IO[str]:
+    """stdout (no target, or ``-``), else the file, truncated now. Raises RadixchatError."""
+    if not target or target == "-":
+        return sys.stdout
+    try:
+        return open(target, "w", encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise RadixchatError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def check_targets(ns: argparse.Namespace) -> None:
+    """Before the model loads: the output file and the sessions folder must be writable (nothing is
+    truncated yet — the output is opened once the model is ready). Raises RadixchatError."""
+    if ns.output and ns.output != "-":
+        out = Path(ns.output)
+        if out.is_dir():
+            raise RadixchatError(f"cannot write {out}: it is a folder")
+        folder = out.parent if str(out.parent) else Path(".")
+        if not folder.is_dir():
+            raise RadixchatError(f"cannot write {out}: folder {folder} does not exist")
+        if not os.access(out if out.exists() else folder, os.W_OK):
+            raise RadixchatError(f"cannot write {out}: permission denied")
+    if ns.save_sessions is not None:
+        try:
+            ns.save_sessions.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RadixchatError(
+                f"--save-sessions: cannot create {ns.save_sessions}: {exc.strerror}"
+            ) from None
+        if not os.access(ns.save_sessions, os.W_OK):
+            raise RadixchatError(f"--save-sessions: cannot write in {ns.save_sessions}: permission denied")
 
 
 def run_batch(settings: Settings, ns: argparse.Namespace) -> int:
@@ -414,50 +524,64 @@ def run_batch(settings: Settings, ns: argparse.Namespace) -> int:
         print("radixchat: the batch input has no conversations", file=sys.stderr)
         return EXIT_USAGE
     try:
-        out = open(ns.output, "w", encoding="utf-8") if ns.output else sys.stdout  # noqa: SIM115
-    except OSError as exc:
-        print(f"radixchat: cannot write {ns.output}: {exc}", file=sys.stderr)
+        check_targets(ns)
+    except RadixchatError as exc:
+        print(f"radixchat: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        return asyncio.run(_run_all(settings, jobs, out, ns))
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    if ns.save_sessions is not None:
+        check_session_names(jobs, ns.save_sessions)
+    return asyncio.run(_run_all(settings, jobs, ns))
 
 
-async def _run_all(settings: Settings, jobs: list[Job], out: IO[str], ns: argparse.Namespace) -> int:
+async def _run_all(settings: Settings, jobs: list[Job], ns: argparse.Namespace) -> int:
     started = time.perf_counter()
     loop = asyncio.get_running_loop()
-    backend = await _open_backend(settings)
-    writer = Writer(out, jobs, ns.ordered)
-    progress = Progress(sum(len(j.spec.turns) for j in jobs if j.spec))
-    allow = {n.strip() for n in (ns.allow_tools or "").split(",") if n.strip()}
-    runner = BatchRunner(backend, settings, writer, progress, ns.save_sessions, allow)
     main = asyncio.current_task()
     assert main is not None
-    interrupted = False
+    stopped_by: int | None = None  # the signal number, or 0 when the output broke
 
-    def on_sigint() -> None:
-        nonlocal interrupted
-        interrupted = True
-        main.cancel()
+    def stop(signum: int) -> None:
+        nonlocal stopped_by
+        if stopped_by is None:
+            stopped_by = signum
+            main.cancel()
 
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop, signum)
+    backend = out = None
     try:
-        await asyncio.gather(*(runner.run_job(j) for j in jobs))
+        backend = await _open_backend(settings)
+        out = open_output(ns.output)  # only now: a model that fails to load leaves the file as it was
+        writer = Writer(out, jobs, ns.ordered, on_error=lambda: stop(0))
+        progress = Progress(sum(len(j.spec.turns) for j in jobs if j.spec))
+        allow = {n.strip() for n in (ns.allow_tools or "").split(",") if n.strip()}
+        runner = BatchRunner(backend, settings, writer, progress, ns.save_sessions, allow)
+        try:
+            await asyncio.gather(*(runner.run_job(j) for j in jobs))
+        finally:
+            progress.close()
     except asyncio.CancelledError:
-        if not interrupted:
+        if stopped_by is None:
             raise
     finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGINT)
-        await _close_backend(backend)
-        progress.close()
-    if interrupted:
-        writer.flush_all()
-        print("radixchat: interrupted; completed turns were written", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        for signum in signals:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signum)
+        if backend is not None:
+            await _close_backend(backend)
+        if out is not None:
+            if stopped_by:
+                writer.flush_all()
+            _close_output(out, writer)
+    if out is not None and writer.error is not None:
+        print(f"radixchat: cannot write the output: {writer.error.strerror or writer.error}", file=sys.stderr)
+        return EXIT_FAILED
+    if stopped_by:
+        name = signal.Signals(stopped_by).name
+        print(f"radixchat: interrupted ({name}); completed turns were written", file=sys.stderr)
+        return EXIT_INTERRUPTED if stopped_by == signal.SIGINT else 128 + stopped_by
     print(
         f"radixchat: {len(jobs)} conversations, {runner.turns} turns, {_summary(backend, started)}",
         file=sys.stderr,
@@ -481,6 +605,20 @@ async def _open_backend(settings: Settings) -> ChatBackend:
 
 async def _close_backend(backend: Any) -> None:
     await backend.aclose()
+
+
+def _close_output(out: IO[str], writer: Writer) -> None:
+    try:
+        if out is sys.stdout:
+            out.flush()
+        else:
+            out.close()
+    except OSError as exc:  # the last buffered bytes did not fit (disk full)
+        writer.error = writer.error or exc
+    if writer.error is not None and out is sys.stdout:
+        # Nothing more can reach a broken stdout; keep Python from failing again at exit.
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
 
 
 def _summary(backend: Any, started: float) -> str:

@@ -120,23 +120,43 @@ def test_usage_errors_exit_2(tmp_path):
     assert proc.returncode == 2 and "invalid setting 'top_p'" in proc.stderr
 
 
-def test_model_load_failure_exits_3(tmp_path):
+def test_model_load_failure_exits_3_and_leaves_the_output_file_alone(tmp_path):
     path = write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "turns": ["x"]}])
-    proc = run(["--batch", str(path), "--model", str(tmp_path / "no-such-model")])
+    before = path.read_bytes()
+    # Even the input given as the output survives: nothing is truncated before the model is ready.
+    proc = run(["--batch", str(path), "-o", str(path), "--model", str(tmp_path / "no-such-model")])
     assert proc.returncode == 3 and "not found" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    assert path.read_bytes() == before
+
+
+def test_a_closed_output_pipe_stops_the_run_with_one_line(tmp_path):
+    rows = [{"id": f"c{i}", "turns": ["Hi", "Again"], "max_tokens": 3} for i in range(3)]
+    proc = subprocess.Popen(
+        [RADIXCHAT, "--batch", str(write_jsonl(tmp_path / "in.jsonl", rows))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RADIXCHAT_TEMPERATURE": "0"},
+    )
+    first = proc.stdout.readline()  # as `| head -1` does
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert json.loads(first)["error"] is None
+    assert proc.returncode == 1
+    assert err.strip().splitlines() == ["radixchat: cannot write the output: Broken pipe"]
 
 
 def test_saved_sessions_continue_in_a_new_run(tmp_path):
     sessions = tmp_path / "sessions"
-    rows = [{"id": "s1", "system": SYSTEM, "turns": ["Name a fruit."], "max_tokens": 12}]
+    rows = [{"id": "s1", "system": SYSTEM, "turns": ["Name a fruit."], "max_tokens": 12, "seed": 7}]
     proc = run(["--batch", str(write_jsonl(tmp_path / "a.jsonl", rows)), "--save-sessions", str(sessions)])
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((sessions / "s1.json").read_text())
     assert saved["version"] == 2 and [m["role"] for m in saved["messages"]] == ["system", "user", "assistant"]
     first = records(proc.stdout)[0]
 
-    rows = [{"id": "s1b", "session": str(sessions / "s1.json"), "turns": ["Another one."], "max_tokens": 12}]
+    rows = [{"id": "s1b", "session": str(sessions / "s1.json"), "turns": ["Another one."], "max_tokens": 10}]
     proc = run(["--batch", str(write_jsonl(tmp_path / "b.jsonl", rows)), "--save-sessions", str(sessions)])
     assert proc.returncode == 0, proc.stderr
     (rec,) = records(proc.stdout)
@@ -146,6 +166,8 @@ def test_saved_sessions_continue_in_a_new_run(tmp_path):
     cont = json.loads((sessions / "s1b.json").read_text())
     assert [m["role"] for m in cont["messages"]] == ["system", "user", "assistant", "user", "assistant"]
     assert cont["messages"][2]["token_ids"] == saved["messages"][2]["token_ids"]
+    # The continued session keeps what it was saved with; the new line's values win.
+    assert (cont["sampling"]["seed"], cont["sampling"]["max_tokens"]) == (7, 10)
 
 
 def test_session_for_another_model_is_an_error_record(tmp_path):
@@ -159,7 +181,8 @@ def test_session_for_another_model_is_an_error_record(tmp_path):
     assert session.read_bytes() == before
 
 
-def test_ctrl_c_flushes_completed_turns_and_exits_130(tmp_path):
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_flushes_completed_turns_and_exits_128_plus_signal(tmp_path, signum, code):
     rows = [{"id": "quick", "turns": ["Hi"], "max_tokens": 2}]
     rows += [
         {"id": f"long{i}", "turns": ["Write a very long essay about rivers."], "max_tokens": 2000}
@@ -176,12 +199,12 @@ def test_ctrl_c_flushes_completed_turns_and_exits_130(tmp_path):
     while time.time() < deadline and not (out.exists() and out.read_text().strip()):
         time.sleep(0.2)
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     recs = records(out.read_text())
     assert [r["id"] for r in recs] == ["quick"] and recs[0]["error"] is None
-    assert "interrupted" in err and "Traceback" not in err
+    assert f"interrupted ({signal.Signals(signum).name})" in err and "Traceback" not in err
 
 
 def test_batch_mode_does_not_import_textual():
