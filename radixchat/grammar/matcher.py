@@ -20,7 +20,7 @@ class GrammarMatcher:
     after ``advance(eos)`` the matcher is finished and only EOS stays allowed.
     """
 
-    __slots__ = ("grammar", "stack", "lex", "_entry", "finished", "n_tokens", "_eos")
+    __slots__ = ("grammar", "stack", "lex", "_entry", "finished", "n_tokens", "_eos", "budget_limited")
 
     def __init__(self, grammar: CompiledGrammar) -> None:
         self.grammar = grammar
@@ -30,6 +30,9 @@ class GrammarMatcher:
         self._entry: Entry | None = None
         self.finished = False
         self.n_tokens = 0
+        # True when the last ``allowed(remaining)`` removed tokens only because the budget ran low: an
+        # EOS taken then ends an output the model was not done with (the engine reports ``length``).
+        self.budget_limited = False
         self._eos = frozenset(grammar.info.eos_ids)
 
     # -- the TokenMatcher protocol ---------------------------------------------------------------------
@@ -41,6 +44,7 @@ class GrammarMatcher:
         e = self._entry
         if e is None:
             e = self._entry = self.grammar.entry(self.stack, self.lex)
+        self.budget_limited = False
         if remaining is None or self.finished:
             return e.tensor
         g = self.grammar
@@ -49,7 +53,9 @@ class GrammarMatcher:
             self.stack, self.lex
         ):
             return e.tensor
-        return g.budget_mask(self.stack, self.lex, max(int(remaining), 1))
+        mask = g.budget_mask(self.stack, self.lex, max(int(remaining), 1))
+        self.budget_limited = mask is not e.tensor  # masks are interned: equal masks are one object
+        return mask
 
     def can_advance(self, token_id: int) -> bool:
         e = self._entry
@@ -111,6 +117,7 @@ class GrammarMatcher:
         m = GrammarMatcher.__new__(GrammarMatcher)
         m.grammar, m.stack, m.lex, m._entry = self.grammar, self.stack, self.lex, self._entry
         m.finished, m.n_tokens, m._eos = self.finished, self.n_tokens, self._eos
+        m.budget_limited = self.budget_limited
         return m
 
     def shortest_completion(self) -> int:

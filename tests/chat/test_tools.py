@@ -264,6 +264,13 @@ async def test_fake_model_none_never_calls(random_full_vocab_model):
         assert not turn.calls and "<tool_call>" not in turn.final.message.content
 
 
+async def test_text_cut_by_the_token_budget_is_length_not_stop(random_full_vocab_model):
+    """The grammar closes the output with EOS when the budget runs out; that is a cut, not a stop."""
+    for turn, _, _ in await run_turns(random_full_vocab_model, "none", 3, max_tokens=12):
+        final = turn.final
+        assert final.finish_reason == "length" and final.completion_tokens == 12, final.message.content
+
+
 @pytest.mark.real_model
 async def test_real_model_named_tool_call_parses_validates_and_runs(smol):
     results = await run_turns(smol[0], {"name": "calculator"}, 1, temperature=0.0)
