@@ -67,7 +67,20 @@ class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
         Binding("ctrl+b", "toggle_panels", "Panels", id="panels"),
         Binding("f2", "settings", "Settings", id="settings", show=False),
         Binding("f3", "branches", "Branches", id="branches", show=False),
-        Binding("ctrl+y", "copy_last", "Copy reply", id="copy.last", show=False),
+        # Not Ctrl+Y: the prompt (a TextArea) takes it for redo, so it did nothing there.
+        Binding("ctrl+g", "copy_last", "Copy reply", id="copy.last", show=False),
+        # Textual's own two, given ids so that F1 lists them and [keymap] can move them ("palette" is
+        # the word Textual's footer shows).
+        Binding(
+            "ctrl+p",
+            "command_palette",
+            "palette",
+            id="palette",
+            show=False,
+            priority=True,
+            tooltip="Open the command palette",
+        ),
+        Binding("ctrl+q", "quit", "Quit", id="quit", show=False, priority=True),
     ]
 
     def __init__(

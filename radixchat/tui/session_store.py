@@ -6,6 +6,8 @@ load is listed with its error and never rewritten.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -41,10 +43,15 @@ def list_sessions(sessions_dir: Path) -> list[SessionEntry]:
 
 
 def rename_session(sessions_dir: Path, entry: SessionEntry, new_name: str) -> Path:
-    """Save under the new name, then remove the old file. Refuses to overwrite another session."""
+    """Save under the new name, then remove the old file. Refuses to overwrite another session. A file
+    that does not load (``entry.error``) is moved as it is, never rewritten."""
     target = session_path(sessions_dir, new_name)
     if target.exists() and target.resolve() != entry.path.resolve():
         raise SessionError(f"a session named '{target.stem}' already exists")
+    if entry.error is not None:
+        if target.resolve() != entry.path.resolve():
+            entry.path.rename(target)
+        return target
     session = load_session(entry.path)
     session.name = new_name
     save_session(session, target)
@@ -55,6 +62,20 @@ def rename_session(sessions_dir: Path, entry: SessionEntry, new_name: str) -> Pa
 
 def delete_session(entry: SessionEntry) -> None:
     entry.path.unlink(missing_ok=True)
+
+
+def fenced(text: str, info: str = "") -> list[str]:
+    """``text`` as a Markdown code block, its fence longer than any run of backticks in it."""
+    fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`{3,}", text))])
+    return [fence + info, text, fence]
+
+
+def pretty_json(text: str) -> str:
+    """A JSON-mode reply as the transcript shows it: indented when it parses, else as it is."""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
 
 
 def session_markdown(session: SessionFile) -> str:
@@ -76,7 +97,9 @@ def session_markdown(session: SessionFile) -> str:
             calls = [f"- calls `{call_signature(c['name'], c['arguments'], 200)}`" for c in m.tool_calls]
             lines += [f"## {title}", "", *([text, ""] if text else []), *calls, ""]
         elif m.role == "tool":
-            lines += [f"## {title}", "", "```", m.content, "```", ""]
+            lines += [f"## {title}", "", *fenced(m.content), ""]
+        elif m.role == "assistant" and m.meta.get("mode") == "json":
+            lines += [f"## {title}", "", *fenced(pretty_json(m.content), "json"), ""]
         else:
             lines += [f"## {title}", "", m.content, ""]
         if m.role == "assistant":

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual import events
 
 from radixchat.chat.backend import TurnResult
 from radixchat.chat.conversation import ChatFormat, Conversation
@@ -56,6 +57,9 @@ class CharTokenizer:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return "".join(self.eos_token if t == self.EOS else chr(t - 2) for t in ids)
+
+    def __len__(self) -> int:  # the vocabulary size: every code point, after 0 (unused) and EOS
+        return 0x110000 + 2
 
 
 class FakeTrie:
@@ -400,6 +404,13 @@ def make_app(settings, fake):
         return RadixChatApp(kwargs.pop("settings", settings), backend_factory=lambda s, progress: b, **kwargs)
 
     return make
+
+
+def burst(app: RadixChatApp, *keys: str) -> None:
+    """Post ``keys`` to the app at once, as a terminal delivers keys that arrive in one read (fast typing,
+    tmux send-keys, a paste without bracketed paste); ``pilot.press`` waits for the app between keys."""
+    for key in keys:
+        app.post_message(events.Key(key, key if len(key) == 1 else None))
 
 
 async def ready(app: RadixChatApp, pilot: Any) -> None:

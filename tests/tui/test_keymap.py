@@ -8,7 +8,7 @@ from radixchat.config import Settings
 from radixchat.tui.app import RadixChatApp
 from radixchat.tui.keymap import binding_groups, check_keymap
 from radixchat.tui.screens.help import HelpScreen
-from tests.tui.conftest import TERMINAL, ready
+from tests.tui.conftest import TERMINAL, ready, say
 
 
 def with_keymap(settings: Settings, keymap: dict[str, str]) -> Settings:
@@ -107,6 +107,7 @@ async def test_f1_lists_the_bindings_with_the_current_keys(make_app, settings):
         ids = {r[3] for r in rows}
         assert {"message.edit", "message.copy_code", "sessions.rename", "stop", "prompt.send"} <= ids
         assert {"consent.once", "consent.always", "consent.deny", "tools.apply"} <= ids
+        assert ("Chat", "^q", "Quit", "quit") in rows and ("Chat", "^p", "palette", "palette") in rows
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 
@@ -117,3 +118,34 @@ def test_every_palette_command_runs_an_existing_action():
     for title, _help, action in COMMANDS:
         name = action.split("(")[0]
         assert callable(getattr(RadixChatApp, f"action_{name}", None)), f"{title}: no action_{name}"
+
+
+def test_f1_lists_every_binding_of_the_app_textuals_own_included(make_app):
+    listed = {b.id for _t, bindings in binding_groups() for b in bindings}
+    app = make_app()  # Textual adds the palette's binding when the app is made
+    for key, b in app._bindings:
+        assert b.system or b.id in listed, f"{key} ({b.action}) is missing from F1"
+
+
+def test_no_app_key_is_taken_by_the_prompt():
+    """The prompt has the focus most of the time; an app key that it binds too does nothing there."""
+    from radixchat.tui.widgets.prompt import PromptInput
+
+    prompt_keys = set(PromptInput._merged_bindings.key_to_bindings)  # TextArea's editing keys included
+    for b in RadixChatApp.BINDINGS:
+        assert isinstance(b, Binding)
+        if not b.priority:
+            taken = {k.strip() for k in b.key.split(",")} & prompt_keys
+            assert not taken, f"{b.id}: {taken} is the prompt's"
+
+
+async def test_the_copy_reply_key_works_from_the_prompt(make_app):
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "hi")
+        await pilot.press("d", "r", "a", "f", "t")
+        assert app.focused is app.prompt
+        await pilot.press("ctrl+g")
+        assert app.clipboard == "You said: **hi**"
+        assert app.prompt.text == "draft"

@@ -275,3 +275,74 @@ async def test_opening_a_session_in_the_middle_of_an_unsaved_chat_saves_the_chat
     chats = [p for p in settings.sessions_dir.glob("chat-*.json")]
     assert len(chats) == 1
     assert [m.content for m in load_session(chats[0]).messages] == ["say hi", "ab"]
+
+
+async def test_the_settings_placeholders_say_what_a_blank_field_means(make_app, settings):
+    app = make_app(settings=settings.model_copy(update={"top_k": 40}))
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await pilot.press("f2")
+        await wait_until(lambda: isinstance(app.screen, SettingsScreen), pilot=pilot)
+        screen = app.screen
+        assert screen.query_one("#f-seed").placeholder == "default random"  # as radixchat --help says
+        assert screen.query_one("#f-top_k").placeholder == "default 40"
+        screen.query_one("#f-seed").value = "-1"  # the engine takes 0 … 2**63 - 1
+        await pilot.press("ctrl+s")
+        assert "seed must be ≥ 0" in str(screen.query_one("#settings-error").render())
+
+
+async def test_an_unreadable_session_is_renamed_or_deleted_as_a_file_and_export_says_why(make_app, settings):
+    settings.sessions_dir.mkdir(parents=True)
+    (settings.sessions_dir / "broken.json").write_text("{not json")
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await pilot.press("ctrl+o")
+        await wait_until(lambda: isinstance(app.screen, SessionsScreen) and app.screen.entries, pilot=pilot)
+        screen = app.screen
+        await pilot.press("x")
+        await wait_until(lambda: bool(app._notifications), pilot=pilot)
+        (note,) = list(app._notifications)
+        assert note.title == "Cannot export" and "broken.json does not load" in note.message
+        assert not (settings.sessions_dir / "broken.md").exists()
+        await pilot.press("r")
+        await wait_until(lambda: isinstance(app.screen, NameDialog), pilot=pilot)
+        assert "the unreadable file broken.json" in str(app.screen.query_one(".dialog-title").render())
+        app.screen.query_one("Input").value = "kept aside"
+        await pilot.press("enter")
+        moved = settings.sessions_dir / "kept-aside.json"
+        await wait_until(moved.exists, pilot=pilot)
+        assert moved.read_text() == "{not json"  # moved as it is, never rewritten
+        assert not (settings.sessions_dir / "broken.json").exists()
+        await wait_until(lambda: [e.name for e in screen.entries] == ["kept-aside"], pilot=pilot)
+        assert app.state.session_name != "kept aside"  # the chat in the app is another one
+        await pilot.press("d")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog), pilot=pilot)
+        await pilot.press("n")  # asks first
+        await wait_until(lambda: app.screen is screen, pilot=pilot)
+        assert moved.exists()
+        await pilot.press("d")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog), pilot=pilot)
+        await pilot.press("y")
+        await wait_until(lambda: not moved.exists(), pilot=pilot)
+        await wait_until(lambda: not screen.entries, pilot=pilot)
+
+
+def test_markdown_export_puts_json_mode_replies_in_a_json_code_block():
+    s = SessionFile(
+        name="data",
+        model="m",
+        mode="json",
+        messages=[
+            {"role": "user", "content": "a person"},
+            {"role": "assistant", "content": '{"name": "Ada", "note": "```"}', "meta": {"mode": "json"}},
+            {"role": "user", "content": "another"},
+            {"role": "assistant", "content": '{"name": "Gr', "meta": {"mode": "json"}},  # stopped
+            {"role": "user", "content": "say hi"},
+            {"role": "assistant", "content": "hi", "meta": {"mode": "chat"}},
+        ],
+    )
+    md = session_markdown(s)
+    assert '## Assistant\n\n````json\n{\n  "name": "Ada",\n  "note": "```"\n}\n````\n' in md
+    assert '## Assistant\n\n```json\n{"name": "Gr\n```\n' in md
+    assert "## Assistant\n\nhi\n" in md

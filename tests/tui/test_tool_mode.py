@@ -215,6 +215,7 @@ async def test_the_tools_screen_chooses_the_offered_tools_and_tool_choice(make_a
         assert choice == {"name": "calculator"}
         saved = load_session(session_path(settings.sessions_dir, "picked"))
         assert saved.tools == ["calculator", "read_session_notes", "write_session_notes"]
+        assert saved.tool_choice == {"name": "calculator"}  # docs/tui.md: saved with the session
 
 
 async def test_escape_stops_a_tool_turn_and_keeps_what_was_done(make_app):

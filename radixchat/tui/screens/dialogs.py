@@ -8,6 +8,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
+from radixchat.tui.widgets.ordered_keys import OrderedInput
+
 
 class NameDialog(ModalScreen[str | None]):
     """Returns the entered name (stripped, non-empty) or None when cancelled."""
@@ -22,7 +24,7 @@ class NameDialog(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(self.title_text, classes="dialog-title", markup=False)
-            yield Input(self.initial, placeholder=self.placeholder, id="name")
+            yield OrderedInput(self.initial, placeholder=self.placeholder, id="name")
             with Horizontal(classes="buttons"):
                 yield Button("OK", variant="primary", id="ok")
                 yield Button("Cancel", id="cancel")
@@ -30,17 +32,17 @@ class NameDialog(ModalScreen[str | None]):
     def on_mount(self) -> None:
         self.query_one(Input).focus()
 
-    def on_input_submitted(self) -> None:
-        self._ok()
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._ok(event.value)  # as it was at Enter: keys typed after it may have reached the box since
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "ok":
-            self._ok()
+            self._ok(self.query_one(Input).value)
         else:
             self.dismiss(None)
 
-    def _ok(self) -> None:
-        name = self.query_one(Input).value.strip()
+    def _ok(self, value: str) -> None:
+        name = value.strip()
         if name:
             self.dismiss(name)
 

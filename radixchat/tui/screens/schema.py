@@ -12,6 +12,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static, TextArea
 
+from radixchat.tui.widgets.ordered_keys import OrderedInput, OrderedTextArea
+
 
 def parse_schema(text: str) -> dict[str, Any] | bool | None:
     """The schema in ``text`` (None when blank). Raises ValueError with a one-line message."""
@@ -32,7 +34,8 @@ class SchemaScreen(ModalScreen[tuple[dict[str, Any] | bool | None] | None]):
     CSS_PATH = "schema.tcss"
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="schema.cancel"),
-        Binding("ctrl+s", "apply", "Apply", id="schema.apply", priority=True),
+        # Not a priority binding: it must act after the keys typed before it (widgets/ordered_keys.py).
+        Binding("ctrl+s", "apply", "Apply", id="schema.apply"),
     ]
 
     def __init__(self, schema: dict[str, Any] | bool | None) -> None:
@@ -43,9 +46,9 @@ class SchemaScreen(ModalScreen[tuple[dict[str, Any] | bool | None] | None]):
         text = "" if self.schema is None else json.dumps(self.schema, indent=2)
         with Vertical(id="schema"):
             yield Static("JSON mode — schema for the replies (blank: any JSON)", id="schema-title")
-            yield TextArea(text, language="json", id="schema-text", show_line_numbers=True)
+            yield OrderedTextArea(text, language="json", id="schema-text", show_line_numbers=True)
             with Horizontal(id="schema-file"):
-                yield Input(placeholder="or a schema file: path/to/schema.json", id="schema-path")
+                yield OrderedInput(placeholder="or a schema file: path/to/schema.json", id="schema-path")
                 yield Button("Load file", id="load")
             yield Static("", id="schema-error", markup=False)
             yield Static("Ctrl+S applies · Esc cancels", id="schema-hint")
@@ -57,8 +60,8 @@ class SchemaScreen(ModalScreen[tuple[dict[str, Any] | bool | None] | None]):
     def on_mount(self) -> None:
         self.query_one("#schema-text", TextArea).focus()
 
-    def on_input_submitted(self) -> None:
-        self.load_file()
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.load_file(event.value)  # as it was at Enter
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         match event.button.id:
@@ -71,8 +74,8 @@ class SchemaScreen(ModalScreen[tuple[dict[str, Any] | bool | None] | None]):
             case _:
                 self.dismiss(None)
 
-    def load_file(self) -> None:
-        raw = self.query_one("#schema-path", Input).value.strip()
+    def load_file(self, path: str | None = None) -> None:
+        raw = (self.query_one("#schema-path", Input).value if path is None else path).strip()
         if not raw:
             return
         try:

@@ -112,18 +112,25 @@ class SessionsScreen(ModalScreen[Path | None]):
     def action_close(self) -> None:
         self.dismiss(None)
 
+    @staticmethod
+    def _what(e: SessionEntry) -> str:
+        return f"the unreadable file {e.path.name}" if e.error else f"session '{e.name}'"
+
     @work(group="sessions-edit")
     async def action_rename(self) -> None:
         e = self.selected()
-        if e is None or e.error:
+        if e is None:
             return
-        new = await self.app.push_screen_wait(NameDialog(f"Rename '{e.name}' to", e.name))
+        new = await self.app.push_screen_wait(NameDialog(f"Rename {self._what(e)} to", e.name))
         if not new or new == e.name:
             return
         try:
-            await asyncio.to_thread(rename_session, self.sessions_dir, e, new)
+            path = await asyncio.to_thread(rename_session, self.sessions_dir, e, new)
         except (SessionError, OSError) as exc:
             self.notify(str(exc), severity="error", title="Rename failed")
+            return
+        if e.error:  # only the file moved (as it is): the chat open in the app is not this one
+            self.reload(select=path.stem)
             return
         if self.on_renamed is not None:
             self.on_renamed(e.name, new)
@@ -137,10 +144,14 @@ class SessionsScreen(ModalScreen[Path | None]):
         if e is None:
             return
         if not await self.app.push_screen_wait(
-            ConfirmDialog(f"Delete session '{e.name}'? This cannot be undone.", "Delete")
+            ConfirmDialog(f"Delete {self._what(e)}? This cannot be undone.", "Delete")
         ):
             return
-        delete_session(e)
+        try:
+            delete_session(e)
+        except OSError as exc:
+            self.notify(str(exc), severity="error", title="Delete failed")
+            return
         if self.on_deleted is not None:
             self.on_deleted(e.name)
         self.reload()
@@ -148,7 +159,14 @@ class SessionsScreen(ModalScreen[Path | None]):
     @work(group="sessions-edit")
     async def action_export(self) -> None:
         e = self.selected()
-        if e is None or e.error:
+        if e is None:
+            return
+        if e.error:
+            self.notify(
+                f"{e.path.name} does not load, so there is nothing to export: {e.error}",
+                severity="error",
+                title="Cannot export",
+            )
             return
         try:
             session = await asyncio.to_thread(load_session, e.path)

@@ -11,6 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
 from radixchat.chat.session import SamplingSettings
+from radixchat.tui.widgets.ordered_keys import OrderedInput, OrderedTextArea
 
 # name -> (label, type, lower bound, upper bound, lower bound exclusive)
 FIELDS: dict[str, tuple[str, type, float | None, float | None, bool]] = {
@@ -19,7 +20,7 @@ FIELDS: dict[str, tuple[str, type, float | None, float | None, bool]] = {
     "top_k": ("top k", int, 0, None, False),
     "repetition_penalty": ("repetition penalty", float, 0.0, 5.0, True),
     "max_tokens": ("max tokens", int, 1, None, False),
-    "seed": ("seed", int, None, None, False),
+    "seed": ("seed", int, 0, 2**63 - 1, False),  # as the config file's (torch takes a 64-bit seed)
 }
 
 
@@ -40,11 +41,17 @@ def parse_field(name: str, raw: str) -> Any:
     return value
 
 
+def placeholder(name: str, default: Any) -> str:
+    """What a blank field means, as ``radixchat --help`` says it (no seed: a random one)."""
+    return f"default {'random' if name == 'seed' and default is None else default}"
+
+
 class SettingsScreen(ModalScreen[tuple[str | None, SamplingSettings] | None]):
     CSS_PATH = "settings.tcss"
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="settings.cancel"),
-        Binding("ctrl+s", "save", "Apply", id="settings.apply", priority=True),
+        # Not a priority binding: it must act after the keys typed before it (widgets/ordered_keys.py).
+        Binding("ctrl+s", "save", "Apply", id="settings.apply"),
     ]
 
     def __init__(
@@ -60,14 +67,14 @@ class SettingsScreen(ModalScreen[tuple[str | None, SamplingSettings] | None]):
             yield Static("Session settings", id="settings-title")
             with VerticalScroll():
                 yield Label("System prompt (changing it on a started chat starts a new branch)")
-                yield TextArea(self.system_prompt or "", id="system-prompt", soft_wrap=True)
+                yield OrderedTextArea(self.system_prompt or "", id="system-prompt", soft_wrap=True)
                 with Grid(id="sampling"):
                     for name, (label, *_rest) in FIELDS.items():
                         yield Label(label)
                         value = getattr(self.sampling, name)
-                        yield Input(
+                        yield OrderedInput(
                             "" if value is None else str(value),
-                            placeholder=f"default {self.defaults.get(name)}",
+                            placeholder=placeholder(name, self.defaults.get(name)),
                             id=f"f-{name}",
                         )
             yield Static("", id="settings-error", markup=False)

@@ -42,13 +42,22 @@ def choice_value(choice: ToolChoice) -> str:
     return f"call:{choice['name']}" if isinstance(choice, dict) else choice
 
 
+class ToolList(SelectionList[str]):
+    """Space toggles the highlighted tool at once. Textual's SelectionList posts itself a message and
+    toggles when it gets it, after a Ctrl+S that arrived in the same burst of keys has applied."""
+
+    def action_select(self) -> None:
+        self._toggle_highlighted_selection()
+
+
 class ToolsScreen(ModalScreen[ToolSetup | None]):
     """Dismisses with the new ``ToolSetup``, or None when cancelled."""
 
     CSS_PATH = "tools.tcss"
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="tools.cancel"),
-        Binding("ctrl+s", "apply", "Apply", id="tools.apply", priority=True),
+        # Not a priority binding: it must act after the keys typed before it (widgets/ordered_keys.py).
+        Binding("ctrl+s", "apply", "Apply", id="tools.apply"),
     ]
 
     def __init__(
@@ -70,7 +79,7 @@ class ToolsScreen(ModalScreen[ToolSetup | None]):
             if self.problem:
                 yield Static(f"⚠ {self.problem}", id="tools-problem", markup=False)
             with Horizontal(id="tools-body"):
-                yield SelectionList[str](
+                yield ToolList(
                     *(
                         Selection(
                             f"{t.name}  ·  {'built-in' if t.builtin else 'asks first'}",
