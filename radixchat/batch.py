@@ -387,22 +387,31 @@ class BatchRunner:
             job.failed = True
             self.writer.add(job, record(job, None, error=f"line {job.line}{_id_note(job)}: {exc}"))
             return
-        for turn, text in enumerate(spec.turns):
-            try:
-                result, tool_turn = await self._turn(plan, text)
-            except RadixchatError as exc:
-                job.failed = True
-                self.writer.add(
-                    job, record(job, turn, error=f"line {job.line}{_id_note(job)} turn {turn}: {exc}")
-                )
-                break
-            self.turns += 1
-            self.progress.turn_done()
-            if result.finish_reason == "error":
-                job.failed = True
-            self.writer.add(job, record(job, turn, result, tool_turn=tool_turn))
-            if result.finish_reason in ("error", "cancelled"):
-                break
+        kept, written = len(plan.conv.messages), 0  # messages and records of the completed turns
+        try:
+            for turn, text in enumerate(spec.turns):
+                try:
+                    result, tool_turn = await self._turn(plan, text)
+                except RadixchatError as exc:
+                    job.failed = True
+                    self.writer.add(
+                        job, record(job, turn, error=f"line {job.line}{_id_note(job)} turn {turn}: {exc}")
+                    )
+                    break
+                self.turns += 1
+                self.progress.turn_done()
+                if result.finish_reason == "error":
+                    job.failed = True
+                self.writer.add(job, record(job, turn, result, tool_turn=tool_turn))
+                kept, written = len(plan.conv.messages), written + 1
+                if result.finish_reason in ("error", "cancelled"):
+                    break
+        except asyncio.CancelledError:
+            # Interrupted: the turns already written are saved too, without the one in flight.
+            if self.save_dir is not None and written:
+                plan.conv = plan.conv.truncated(kept)
+                self._save(job, spec, plan)
+            raise
         if self.save_dir is not None:
             self._save(job, spec, plan)
 

@@ -183,28 +183,35 @@ def test_session_for_another_model_is_an_error_record(tmp_path):
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_or_sigterm_flushes_completed_turns_and_exits_128_plus_signal(tmp_path, signum, code):
-    rows = [{"id": "quick", "turns": ["Hi"], "max_tokens": 2}]
-    rows += [
-        {"id": f"long{i}", "turns": ["Write a very long essay about rivers."], "max_tokens": 2000}
-        for i in range(2)
+    essay = "Write a very long essay about rivers."
+    rows = [
+        {"id": "quick", "turns": ["Hi"], "max_tokens": 2},
+        {"id": "two", "turns": ["Hi", essay], "max_tokens": 2000},  # its first turn is short
+        {"id": "long", "turns": [essay], "max_tokens": 2000},
     ]
-    out = tmp_path / "out.jsonl"
+    out, sessions = tmp_path / "out.jsonl", tmp_path / "sessions"
     proc = subprocess.Popen(
-        [RADIXCHAT, "--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--output", str(out)],
+        [RADIXCHAT, "--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "-o", str(out)]
+        + ["--ordered", "--save-sessions", str(sessions)],
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "RADIXCHAT_TEMPERATURE": "0", "RADIXCHAT_REPETITION_PENALTY": "1.3"},
     )
-    deadline = time.time() + 120
-    while time.time() < deadline and not (out.exists() and out.read_text().strip()):
+    deadline = time.time() + 180
+    while time.time() < deadline and not (out.exists() and '"two"' in out.read_text()):
         time.sleep(0.2)
     time.sleep(0.5)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     recs = records(out.read_text())
-    assert [r["id"] for r in recs] == ["quick"] and recs[0]["error"] is None
+    assert [(r["id"], r["turn"]) for r in recs] == [("quick", 0), ("two", 0)]
+    assert all(r["error"] is None for r in recs)
     assert f"interrupted ({signal.Signals(signum).name})" in err and "Traceback" not in err
+    # The completed turn of the interrupted conversation is saved, without the turn in flight.
+    saved = json.loads((sessions / "two.json").read_text())
+    assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
+    assert not (sessions / "long.json").exists()
 
 
 def test_batch_mode_does_not_import_textual():
