@@ -242,3 +242,20 @@ async def test_quitting_mid_reply_saves_the_prompt_and_the_partial_reply(make_ap
     saved = load_session(session_path(settings.sessions_dir, app.state.session_name))
     assert [m.content for m in saved.messages][-2:] == ["a long one", "ab"]
     assert saved.messages[-1].finish_reason == "cancelled"
+
+
+async def test_the_activity_stays_readable_next_to_a_long_session_name(make_app, fake):
+    app = make_app()
+    async with app.run_test(size=(80, 30)) as pilot:
+        await ready(app, pilot)
+        app.state.session_name = "a-rather-long-session-name-20261129-124324"
+        fake.script = Script(chunk=1, gate=asyncio.Event())
+        await say(app, pilot, "go", wait=False)
+        await wait_until(lambda: app._reply is not None, pilot=pilot)
+        await pilot.pause()
+        activity = app.query_one("StatusBar .activity")
+        assert str(activity.render()).startswith("generating… (Esc stops)")
+        assert activity.size.width >= len("generating… (Esc stops)")
+        info = app.query_one("StatusBar .info")
+        assert info.size.width <= 80 * 0.45 and str(info.render()).startswith("fake-model")
+        fake.script.gate.set()
