@@ -34,7 +34,9 @@ class StatusBar(Horizontal):
             mode.set_class(info.mode == name, f"-{name}")
         mode.set_class(info.mode_problem is not None, "-problem")
         mode.tooltip = info.mode_problem
-        self.query_one(".activity", Static).update(info.activity or (info.mode_problem or ""))
+        activity = info.activity or (info.mode_problem or "")
+        self.query_one(".activity", Static).update(activity)
+        self.set_class(bool(activity), "-busy")
         parts = [info.model or "no model"]
         parts.append(f"session {info.session}" if info.session else "unsaved")
         if info.branch[1] > 1:
