@@ -123,6 +123,9 @@ class ChatState:
             raise IndexError(index)
         self.active = index
         self.editing = None
+        conv = self.conv
+        if conv is not None:  # a branch may have been made with another system prompt (F2)
+            self.system_prompt = conv.system
 
     # -- modes ------------------------------------------------------------------------------------------
 

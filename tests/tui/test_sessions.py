@@ -181,6 +181,11 @@ async def test_session_settings_set_sampling_and_a_new_system_prompt_starts_a_br
         assert app.state.conv.messages[0].role == "system"
         saved = load_session(session_path(settings.sessions_dir, "tuned"))
         assert saved.system_prompt == "Be brief." and saved.sampling.seed == 7
+        await app.switch_branch(0)  # the first branch was made without a system prompt
+        assert app.state.system_prompt is None
+        await pilot.press("f2")
+        await wait_until(lambda: isinstance(app.screen, SettingsScreen), pilot=pilot)
+        assert app.screen.query_one("#system-prompt").text == ""
 
 
 def test_markdown_export_reads_like_the_chat():
