@@ -35,7 +35,7 @@ from radixchat.chat.conversation import Conversation, Message
 from radixchat.chat.modes import Mode, ModeError
 from radixchat.chat.remote_reply import RemoteReply, cause_text, one_line, server_message
 from radixchat.config import normalize_base_url
-from radixchat.errors import BackendUnavailableError, RemoteError
+from radixchat.errors import BackendUnavailableError, ConfigError, RemoteError
 
 if TYPE_CHECKING:
     import openai
@@ -133,7 +133,7 @@ class RemoteBackend:
         return cls(
             settings.backend,
             model or settings.model,
-            api_key=os.environ.get(settings.api_key_env) or None,
+            api_key=api_key_from_env(settings.api_key_env),
             api_key_env=settings.api_key_env,
             timeout_s=settings.remote_timeout,
             retries=settings.remote_retries,
@@ -304,6 +304,10 @@ class RemoteBackend:
                 return f"{url} refused the API key (401 Unauthorized){where}; {key}"
             if status == 403:
                 return f"{url} does not allow this API key (403 Forbidden){where}{said_note}"
+            if status == 404 and during == "listing models":
+                return (
+                    f"{url} answered 404 Not Found{where}: the URL probably lacks its API path (usually /v1)"
+                )
             if status == 404:
                 return (
                     f"{url} answered 404 Not Found{where}: model '{self.model_name}' is unknown there, or the URL "
@@ -317,6 +321,16 @@ class RemoteBackend:
         if isinstance(exc, openai.APIError):
             return f"{url} reported an error{where}: {one_line(exc.message)}"
         return f"{url}{where}: {one_line(str(exc))}"
+
+
+def api_key_from_env(name: str) -> str | None:
+    """The API key in ``$name`` (None if unset or empty). A key that cannot go into an HTTP header is a
+    configuration error that names the variable, never the key."""
+    key = os.environ.get(name) or None
+    if key is not None and not (key.isascii() and key.isprintable()):
+        what = "a non-ASCII character" if not key.isascii() else "a control character (a stray newline?)"
+        raise ConfigError(f"${name} holds {what}; an API key is printable ASCII")
+    return key
 
 
 def request_messages(messages: list[Message]) -> list[dict[str, Any]]:

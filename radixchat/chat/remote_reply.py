@@ -164,7 +164,10 @@ class RemoteReply:
                     call = self._calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
                     call["id"] = tc.id or call["id"]
                     if tc.function is not None:
-                        call["name"] += tc.function.name or ""
+                        # OpenAI sends the name once; llama.cpp's server repeats it in every chunk.
+                        name = tc.function.name or ""
+                        if name != call["name"]:
+                            call["name"] += name
                         call["arguments"] += tc.function.arguments or ""
             if choice.finish_reason:
                 self._finish_reason = choice.finish_reason
@@ -190,6 +193,8 @@ class RemoteReply:
         completion = getattr(usage, "completion_tokens", None)
         if completion is None:
             completion = self._chunks
+        if reason == "stop" and self._calls and completion >= self._request.get("max_tokens", 1 << 62):
+            reason = "length"  # some servers say "tool_calls" for a call cut by max_tokens: never run it
         ttft_ms = (self._t_first - self._t_submit) * 1000 if self._t_first is not None else None
         tps = None
         if (

@@ -31,6 +31,7 @@ class Stream:
         }
     )
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name": ..., "arguments": "{...}"}
+    repeat_name: bool = False  # send the call's name with every arguments chunk, as llama.cpp's server does
     delay_first: float = 0.0  # after the role chunk, before the first content
     delay_each: float = 0.0
     drop_after: int | None = None  # close the socket after this many content chunks
@@ -126,7 +127,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             self._record(None)
-            if self.path.rstrip("/").endswith("/models"):
+            if self.path.rstrip("/") == "/v1/models":  # only under /v1, as real servers
                 data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in server.models]
                 self._json(200, {"object": "list", "data": data})
             else:
@@ -189,7 +190,8 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self._chunk(self._event({"tool_calls": [first]}))
                 args = call["arguments"]
                 for part in (args[: len(args) // 2], args[len(args) // 2 :]):
-                    self._chunk(self._event({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
+                    function = {"arguments": part, **({"name": call["name"]} if s.repeat_name else {})}
+                    self._chunk(self._event({"tool_calls": [{"index": i, "function": function}]}))
             if s.finish is not None:
                 self._chunk(self._event({}, s.finish))
                 if s.usage is not None and (body.get("stream_options") or {}).get("include_usage"):

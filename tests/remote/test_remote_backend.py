@@ -322,6 +322,39 @@ async def test_tool_calls_from_the_server_run_and_their_results_go_back_with_ids
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_fake_0" and tool["content"] == "42"
 
 
+async def _one_round(backend, fake_stream, fake):
+    fake.script = [fake_stream, Stream(deltas=["Done."])]
+    registry = ToolRegistry.from_config([])
+    return await run_tool_turn(
+        backend,
+        backend.new_conversation(),
+        "What is 6*7?",
+        PARAMS,
+        registry.select(["calculator"]),
+        registry,
+        ToolContext(),
+        allow_listed(set()),
+    )
+
+
+async def test_a_call_name_repeated_in_every_chunk_is_taken_once(make_backend, fake):
+    call = {"name": "calculator", "arguments": '{"expression": "6*7"}'}
+    turn = await _one_round(
+        make_backend(), Stream(deltas=[], tool_calls=[call], finish="tool_calls", repeat_name=True), fake
+    )
+    assert [(c.name, c.result) for c in turn.calls] == [("calculator", "42")]
+
+
+async def test_a_call_cut_by_max_tokens_is_length_and_never_runs(make_backend, fake):
+    """Some servers (llama.cpp) say "tool_calls" for a call that ran out of tokens."""
+    cut = {"name": "calculator", "arguments": '{"expression": "6*'}
+    usage = {"prompt_tokens": 20, "completion_tokens": PARAMS.max_tokens}
+    turn = await _one_round(
+        make_backend(), Stream(deltas=[], tool_calls=[cut], finish="tool_calls", usage=usage), fake
+    )
+    assert turn.final.finish_reason == "length" and not turn.calls and len(turn.rounds) == 1
+
+
 def test_local_tool_calls_get_ids_when_sent_to_a_server(make_backend):
     conv = make_backend().new_conversation()
     conv.add_user("q")

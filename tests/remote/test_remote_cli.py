@@ -59,6 +59,27 @@ def test_list_models_on_an_unreachable_server_exits_3_with_one_line(capsys):
     assert err.startswith(f"radixchat: cannot reach {url} (listing models)") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("key", "what"), [(SECRET + "\n", "a control character"), (SECRET + "é", "non-ASCII")]
+)
+def test_an_api_key_unfit_for_a_header_is_a_usage_error_that_never_shows_it(
+    fake, capsys, monkeypatch, key, what
+):
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    assert main(["--backend", fake.url, "--list-models"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("radixchat: $OPENAI_API_KEY holds ") and what in err and "4242" not in err
+    assert not fake.requests
+
+
+def test_list_models_on_a_url_without_the_api_path_says_so(fake, capsys):
+    url = fake.url.removesuffix("/v1") + "/nope"
+    assert main(["--backend", url, "--list-models"]) == 3
+    err = capsys.readouterr().err
+    assert "404 Not Found (listing models): the URL probably lacks its API path (usually /v1)" in err
+    assert "model" not in err.split("(listing models)")[1]
+
+
 def test_list_models_needs_a_backend(capsys):
     assert main(["--list-models"]) == 2
     assert "--list-models needs --backend URL" in capsys.readouterr().err
