@@ -403,8 +403,11 @@ class BatchRunner:
                 if result.finish_reason == "error":
                     job.failed = True
                 self.writer.add(job, record(job, turn, result, tool_turn=tool_turn))
-                kept, written = len(plan.conv.messages), written + 1
-                if result.finish_reason in ("error", "cancelled"):
+                written += 1
+                if result.finish_reason == "error":
+                    break  # the failed turn is in the record, not in the session to continue
+                kept = len(plan.conv.messages)
+                if result.finish_reason == "cancelled":
                     break
         except asyncio.CancelledError:
             # Interrupted: the turns already written are saved too, without the one in flight.
@@ -413,6 +416,7 @@ class BatchRunner:
                 self._save(job, spec, plan)
             raise
         if self.save_dir is not None:
+            plan.conv = plan.conv.truncated(kept)  # without a failed turn (its user message included)
             self._save(job, spec, plan)
 
     async def _turn(self, plan: Plan, text: str) -> tuple[TurnResult, ToolTurn | None]:

@@ -163,3 +163,5 @@ def test_batch_on_a_server_keeps_going_when_one_conversation_fails(fake, tmp_pat
     files = sorted(sessions.glob("*.json"))
     assert [f.name for f in files] == ["bad.json", "js.json", "ok.json"]
     assert not any(SECRET in f.read_text() for f in files)
+    # The failed turn is in its record, not in the session: continuing it must not resend it.
+    assert json.loads((sessions / "bad.json").read_text())["messages"] == []
