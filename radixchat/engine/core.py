@@ -190,8 +190,8 @@ class EngineCore:
         events.append((req, TokenEvent(token, text)))
         if reason is not None:
             pass
-        elif is_eos and getattr(req.matcher, "budget_limited", False):
-            reason = FinishReason.LENGTH  # the grammar closed the output because the budget ran out
+        elif is_eos and req.budget_cut:
+            reason = FinishReason.LENGTH  # the grammar closed an output the model was not done with
         elif is_eos or stop_hit or (req.matcher is not None and req.matcher.is_terminated()):
             reason = FinishReason.STOP
         elif len(req.output_ids) >= req.params.max_tokens or req.total_len >= req.max_total_len:

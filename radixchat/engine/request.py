@@ -152,6 +152,9 @@ class Request:
     generator: torch.Generator | None = None
     detok: Any = None  # the detokenizer, set by the engine
     warmup: bool = False  # a background prefill: not counted in hit-rate statistics
+    # The grammar allowed only an ending because the budget ran low, while the model preferred to go on:
+    # an EOS sampled then cuts the output short (finish_reason length, not stop). Set by the sampler.
+    budget_cut: bool = False
 
     submitted_at: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None

@@ -73,6 +73,13 @@ class Sampler:
         if req.matcher is not None:
             remaining = min(p.max_tokens, req.max_total_len - len(req.prompt_ids)) - len(req.output_ids)
             mask = req.matcher.allowed(remaining)
+            req.budget_cut = False
+            # Only the very last token counts: earlier, a forced end follows a complete piece (a call,
+            # a value) the model would have followed with more, which is not a cut.
+            if remaining <= 1 and getattr(req.matcher, "budget_limited", False):
+                full = req.matcher.allowed()[: row.numel()].to(row.device)
+                preferred = int(row.masked_fill(~full, float("-inf")).argmax())
+                req.budget_cut = preferred not in self.eos_ids
             row.masked_fill_(~mask[: row.numel()].to(row.device), float("-inf"))
         if p.greedy:
             return int(row.argmax())
