@@ -71,8 +71,10 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
     names = list(props) + [r for r in required if r not in props]
     entries: list[tuple[str, str, bool]] = []
     for name in names:
-        sub = props.get(name, addl if addl is not False else True)
         matching = [s for pat, s in pattern_props.items() if re.search(pat, name)]
+        if name not in props and addl is False and not matching:
+            return  # a required name that no keyword allows: no object is valid
+        sub = props.get(name, addl if addl is not False else True)
         if matching:
             sub = {"allOf": [sub, *matching]}
         req = name in required

@@ -86,6 +86,18 @@ class GrammarWarning(UserWarning):
     """An unsupported schema feature was ignored (``lenient=True``)."""
 
 
+def _declared_kinds(schema, path: str) -> set[str] | None:
+    """The kinds a schema allows, from ``type`` or its keywords alone (None: cannot tell cheaply)."""
+    if not isinstance(schema, dict) or set(schema) & {"$ref", "anyOf", "oneOf", "allOf", "enum", "const"}:
+        return None
+    types = schema_types(schema, path)
+    if types is not None:
+        return set(types)
+    present = set(schema)
+    kinds = {k for k, kws in (("object", OBJECT_KW), ("array", ARRAY_KW)) if present & kws}
+    return kinds if kinds and not present & (STRING_KW | NUMBER_KW) else None
+
+
 def _ptr(path: str) -> str:
     return "#" + path
 
@@ -121,6 +133,8 @@ class SchemaCompiler:
     def resolve(self, ref: str, path: str):
         if not isinstance(ref, str) or not ref.startswith("#"):
             raise GrammarError(f"remote $ref {ref!r} at {_ptr(path)}: only local references are supported")
+        if ref != "#" and not ref.startswith("#/"):
+            raise GrammarError(f"$ref {ref!r} at {_ptr(path)}: anchors are not supported, use a JSON pointer")
         node = self.root
         parts = ref[1:].split("/")[1:] if ref != "#" else []
         for raw in parts:
@@ -220,7 +234,7 @@ class SchemaCompiler:
                 self.fail(f"unsupported keyword '{kw}' at {_ptr(path)}/{kw}")
         if "$ref" in schema:
             if path in self._resolving:
-                raise GrammarError(f"$ref at {_ptr(path)} recurses without consuming input")
+                return self.recursive_ref_shape(schema, path)
             self._resolving.add(path)
             try:
                 target, tpath = self.deref(schema, path)
@@ -248,6 +262,18 @@ class SchemaCompiler:
             return out
         return self.plain_shape(schema, path)
 
+    def recursive_ref_shape(self, schema: dict, path: str) -> Shape:
+        """A ``$ref`` met again while its own shape is being built (``child: Node | None``, as pydantic
+        writes ``Optional[Self]``). An object or array target consumes a bracket first, so its named
+        rule can stand for it; anything else would recurse without consuming input."""
+        target, tpath = self.resolve(schema["$ref"], path)
+        kinds = _declared_kinds(target, path) if set(schema) - ANNOTATIONS == {"$ref"} else None
+        if kinds == {"object"}:
+            return Shape(objects=[self.ref_symbol(schema["$ref"], path)])
+        if kinds == {"array"}:
+            return Shape(arrays=[self.ref_symbol(schema["$ref"], path)])
+        raise GrammarError(f"$ref at {_ptr(path)} recurses without consuming input")
+
     def check_disjoint(self, shapes: list[Shape], branches, path: str) -> None:
         """oneOf is accepted when branches are provably disjoint: by kind, or by a discriminating const."""
         for i in range(len(shapes)):
@@ -264,6 +290,12 @@ class SchemaCompiler:
             values = [schema["const"]] if "const" in schema else schema["enum"]
             if not isinstance(values, list):
                 raise GrammarError(f"enum at {_ptr(path)} must be an array")
+            for kw in sorted(set(schema) & (OBJECT_KW | ARRAY_KW | STRING_KW | NUMBER_KW | {"multipleOf"})):
+                # Not applied to the listed values: refuse rather than allow values the schema rejects.
+                kind = "const" if "const" in schema else "enum"
+                self.fail(
+                    f"'{kw}' next to {kind} at {_ptr(path)}/{kw} is not supported; list only valid values"
+                )
             types = schema_types(schema, path)
             sh = Shape()
             for v in values:

@@ -111,6 +111,60 @@ def test_long_minimum_arrays_compile_and_absurd_ones_are_refused(smol_info):
         compile_json_schema({"properties": {"a": {"minItems": 10**6}}}, smol_info, cache=False)
 
 
+def test_a_recursive_ref_inside_anyof_compiles_as_pydantic_writes_optional_self(smol_info):
+    node = {
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "child": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]},
+                },
+                "required": ["v"],
+            }
+        },
+        "$ref": "#/$defs/Node",
+    }
+    g = compile_json_schema(node, smol_info, cache=False)
+    for text, valid in [
+        (b'{"v":1,"child":{"v":2,"child":{"v":3,"child":null}}}', True),
+        (b'{"v":1,"child":{}}', False),
+        (b'{"v":1,"child":5}', False),
+    ]:
+        m = g.matcher()
+        try:
+            m.advance_bytes(text)
+            accepted = m.is_accepting()
+        except GrammarError:
+            accepted = False
+        assert accepted == valid, text
+    with pytest.raises(GrammarError, match="recurses without consuming input"):  # left recursion
+        compile_json_schema(
+            {"$defs": {"S": {"anyOf": [{"$ref": "#/$defs/S"}, {"type": "string"}]}}, "$ref": "#/$defs/S"},
+            smol_info,
+            cache=False,
+        )
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"enum": ["a", "abc"], "maxLength": 2}, "'maxLength' next to enum at #/maxLength is not supported"),
+        ({"const": 5, "minimum": 10}, "'minimum' next to const at #/minimum"),
+        ({"allOf": [{"enum": ["a", "abc"]}, {"maxLength": 2}]}, "'maxLength' next to enum"),
+        ({"type": "object", "required": ["a"], "additionalProperties": False}, "accepts no value"),
+        (
+            {"properties": {"a": {"$ref": "#str"}}, "$defs": {"s": {"$anchor": "str", "type": "string"}}},
+            "anchors are not supported",
+        ),
+    ],
+)
+def test_constraints_the_grammar_would_not_apply_are_refused(smol_info, schema, message):
+    """Each of these compiled and then allowed values the schema rejects."""
+    with pytest.raises(GrammarError, match=message):
+        compile_json_schema(schema, smol_info, cache=False)
+
+
 def test_unresolvable_ref_names_it(smol_info):
     with pytest.raises(GrammarError, match="does not resolve"):
         compile_json_schema({"properties": {"a": {"$ref": "#/$defs/missing"}}}, smol_info, cache=False)
