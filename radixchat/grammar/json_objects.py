@@ -109,7 +109,7 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
     if addl is not False:
         vsym = comp.symbol(addl, f"{path}/additionalProperties")
         if vsym is not None:
-            body = rx.parse(jt.STRING_RE)
+            body = rx.parse(jt.KEY_STRING_RE)
             extras.append((_key_terminal(comp, body, excluded, names_ast), vsym))
     empty_ok = minp == 0 and not any(req for _, _, req in entries) and (maxp is None or maxp >= 0)
     if empty_ok:
@@ -153,8 +153,11 @@ def _object_rules(comp, path: str, entries, extras, minp: int, maxp: int | None)
         memo[key] = name
         alts: list[list[str]] = []
         if xpair is not None and maxp is None and c >= cap:
+            # Right-recursive with the comma first: after a declared pair, "," is shifted before the
+            # key decides between the next declared name and an extra key (left recursion had to
+            # reduce an empty loop before the comma: a conflict as soon as two names were declared).
             loop = f"{base}_loop"
-            w.rule(loop, [[], [loop, '","', xpair]])
+            w.rule(loop, [[], ['","', xpair, loop]])
             alts.append([loop])
         else:
             if c >= minp:

@@ -36,6 +36,15 @@ STRING_RE = (
     r'"(?:[^"\\\x00-\x1f]|\\["\\\/bfnrt]|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
     r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))*"'
 )
+#: An object key that is not one of the declared names: like STRING_RE, but printable ASCII is never
+#: ``\u``-escaped, so a key cannot spell a declared name in another form (the names are excluded in
+#: the forms ``encode_set`` gives, which escape only control characters, DEL and non-ASCII).
+KEY_STRING_RE = STRING_RE.replace(
+    r"\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}",
+    r"\\u(?:00[01][0-9a-fA-F]|007[fF]|00[89a-fA-F][0-9a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]{2}"
+    r"|[1-9a-cA-Ce-fE-F][0-9a-fA-F]{3}",
+)
+assert KEY_STRING_RE != STRING_RE
 NUMBER_RE = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 INTEGER_RE = r"-?(?:0|[1-9][0-9]*)"
 WS_RE = r"[ \t]|\r?\n[ \t]{0,20}"
@@ -97,7 +106,7 @@ def encode_set(ranges: Ranges, max_escape_ranges: int = 24) -> Node:
             parts.append(lit(esc))
     if any(lo <= 0x2F <= hi for lo, hi in ranges):
         parts.append(lit("\\/"))
-    controls = rx.intersect(ranges, ((0, 0x1F),))
+    controls = rx.intersect(ranges, ((0, 0x1F), (0x7F, 0x7F)))  # json.dumps escapes DEL too
     escapable = controls + rx.intersect(ranges, ((0x80, 0xD7FF), (0xE000, 0xFFFF)))
     escapable = norm(escapable)
     if escapable and len(escapable) <= max_escape_ranges:

@@ -146,6 +146,38 @@ def test_a_recursive_ref_inside_anyof_compiles_as_pydantic_writes_optional_self(
         )
 
 
+def _accepts(g, text: bytes) -> bool:
+    m = g.matcher()
+    try:
+        m.advance_bytes(text)
+    except GrammarError:
+        return False
+    return m.is_accepting()
+
+
+def test_an_extra_key_cannot_spell_a_declared_one_with_escapes(smol_info):
+    """``{"\u006b": 5}`` decodes to key "k": it bypassed properties.k through additionalProperties."""
+    g = compile_json_schema(
+        {
+            "type": "object",
+            "properties": {"k": {"type": "string"}, 'a"b': {"type": "string"}},
+            "additionalProperties": {"type": "integer"},
+        },
+        smol_info,
+        cache=False,
+    )
+    for text in [b'{"\\u006b":5}', b'{"k":"x","\\u006b":5}', b'{"a\\u0022b":5}']:
+        assert not _accepts(g, text), text
+    for text in [b'{"k":"x","z":5}', b'{"\\u00e9":5}', b'{"k\\u00e9":5}', b'{"a\\"b":"s"}']:
+        assert _accepts(g, text), text
+
+
+def test_del_may_be_escaped_as_json_dumps_does(smol_info):
+    for schema in ({"const": "\x7f"}, {"type": "string", "pattern": "^[^a]*$"}):
+        g = compile_json_schema(schema, smol_info, cache=False)
+        assert _accepts(g, json.dumps("\x7f").encode()) and json.dumps("\x7f") == '"\\u007f"'
+
+
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
