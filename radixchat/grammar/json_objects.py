@@ -124,7 +124,13 @@ def _key_terminal(comp, body, excluded: list, names_ast) -> str:
     if excluded:
         looks.append(("look", False, rx.alt(*excluded)))
     if names_ast is not None:
-        looks.append(("look", True, names_ast))
+        # Look-aheads may only open a terminal: one that opens names_ast (e.g. its maxLength next to
+        # its pattern) joins the others at the start instead of nesting.
+        parts = list(names_ast[1]) if names_ast[0] == "cat" else [names_ast]
+        while parts and parts[0][0] == "look":
+            looks.append(parts.pop(0))
+        if parts:
+            looks.append(("look", True, rx.cat(*parts)))
     return comp.w.terminal(rx.to_regex(rx.cat(*looks, body)), "K")
 
 

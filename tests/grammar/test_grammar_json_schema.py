@@ -172,6 +172,21 @@ def test_an_extra_key_cannot_spell_a_declared_one_with_escapes(smol_info):
         assert _accepts(g, text), text
 
 
+def test_property_names_with_a_pattern_and_a_length_compile(smol_info):
+    """Both constraints became nested look-aheads, which the lexer refused with an internal message."""
+    g = compile_json_schema(
+        {"propertyNames": {"pattern": "^a", "maxLength": 3}, "additionalProperties": True},
+        smol_info,
+        cache=False,
+    )
+    assert [_accepts(g, t) for t in (b'{"abc":1}', b'{"abcd":1}', b'{"b":1}', b"{}")] == [
+        True,
+        False,
+        False,
+        True,
+    ]
+
+
 def test_del_may_be_escaped_as_json_dumps_does(smol_info):
     for schema in ({"const": "\x7f"}, {"type": "string", "pattern": "^[^a]*$"}):
         g = compile_json_schema(schema, smol_info, cache=False)
