@@ -276,14 +276,25 @@ class SchemaCompiler:
 
     def check_disjoint(self, shapes: list[Shape], branches, path: str) -> None:
         """oneOf is accepted when branches are provably disjoint: by kind, or by a discriminating const."""
+        kinds = [self._validated_kinds(b, sh, path) for b, sh in zip(branches, shapes)]
         for i in range(len(shapes)):
             for j in range(i + 1, len(shapes)):
-                common = shapes[i].kinds() & shapes[j].kinds()
+                common = kinds[i] & kinds[j]
                 if not common:
                     continue
                 if common <= {"object"} and _discriminated(self, branches[i], branches[j], path):
                     continue
                 self.fail(f"oneOf at {_ptr(path)}: branches {i} and {j} are not provably disjoint")
+
+    def _validated_kinds(self, branch, shape: Shape, path: str) -> set[str]:
+        """The kinds a branch accepts under JSON Schema, not under generation's narrowing: without
+        ``type`` (or const/enum), ``{"pattern": "^a"}`` also accepts every number, object, ...."""
+        b, _ = self.deref(branch, path) if isinstance(branch, dict) else (branch, path)
+        if b is False:
+            return set()
+        if isinstance(b, dict) and set(b) & {"type", "const", "enum", "anyOf", "oneOf", "allOf"}:
+            return shape.kinds()
+        return set(ALL_TYPES)
 
     def plain_shape(self, schema: dict, path: str) -> Shape:
         if "const" in schema or "enum" in schema:

@@ -91,10 +91,21 @@ def schema_types(schema: dict, path: str) -> set[str] | None:
     return set(ts)
 
 
+def _canonical(v):
+    """Equal JSON values compare equal: 1 and 1.0 are one number (JSON Schema's equality)."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {k: _canonical(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_canonical(x) for x in v]
+    return v
+
+
 def const_values(s) -> set | None:
     if isinstance(s, dict):
         if "const" in s:
-            return {json.dumps(s["const"], sort_keys=True)}
+            return {json.dumps(_canonical(s["const"]), sort_keys=True)}
         if "enum" in s and isinstance(s["enum"], list):
-            return {json.dumps(v, sort_keys=True) for v in s["enum"]}
+            return {json.dumps(_canonical(v), sort_keys=True) for v in s["enum"]}
     return None

@@ -204,6 +204,16 @@ def test_del_may_be_escaped_as_json_dumps_does(smol_info):
             {"properties": {"a": {"$ref": "#str"}}, "$defs": {"s": {"$anchor": "str", "type": "string"}}},
             "anchors are not supported",
         ),
+        ({"oneOf": [{"pattern": "^a"}, {"type": "integer"}]}, "branches 0 and 1 are not provably disjoint"),
+        (
+            {
+                "oneOf": [
+                    {"properties": {"k": {"const": 1}}, "required": ["k"], "additionalProperties": True},
+                    {"properties": {"k": {"const": 1.0}}, "required": ["k"], "additionalProperties": True},
+                ]
+            },
+            "not provably disjoint",
+        ),
     ],
 )
 def test_constraints_the_grammar_would_not_apply_are_refused(smol_info, schema, message):
