@@ -223,7 +223,12 @@ _DATE = (
     rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
     rf"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)"
 )
-_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+# A leap second (:60) only as 23:59:60 UTC: with other offsets it is valid only at the matching local time,
+# which a regex cannot relate; those few are left out rather than allowing :60 at any time.
+_TIME = (
+    r"(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+    r"|23:59:60(?:\.[0-9]+)?(?:[Zz]|[+-]00:00))"
+)
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 _H16 = r"[0-9a-fA-F]{1,4}"
@@ -245,7 +250,10 @@ _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = rf"{_LABEL}(?:\.{_LABEL})*"
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
 _EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_HOSTNAME}"
-_URI = r"[A-Za-z][A-Za-z0-9+.\-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*"
+# RFC 3986 characters: "%" only before two hex digits, one "#" (the fragment); IP-literal hosts ("[::1]")
+# are left out, so "[" and "]" never appear.
+_PCHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})"
+_URI = rf"[A-Za-z][A-Za-z0-9+.\-]*:{_PCHAR}*(?:#{_PCHAR}*)?"
 
 FORMATS: dict[str, str] = {
     "date": _DATE,
