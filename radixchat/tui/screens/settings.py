@@ -18,7 +18,7 @@ FIELDS: dict[str, tuple[str, type, float | None, float | None, bool]] = {
     "temperature": ("temperature", float, 0.0, 5.0, False),
     "top_p": ("top p", float, 0.0, 1.0, True),
     "top_k": ("top k", int, 0, None, False),
-    "repetition_penalty": ("repetition penalty", float, 0.0, 5.0, True),
+    "repetition_penalty": ("repetition penalty", float, 0.01, 5.0, False),  # as the engine allows
     "max_tokens": ("max tokens", int, 1, None, False),
     "seed": ("seed", int, 0, 2**63 - 1, False),  # as the config file's (torch takes a 64-bit seed)
 }
