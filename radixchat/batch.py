@@ -149,17 +149,11 @@ def _load_json_line(raw: str) -> Any:
 
 
 def _where(loc: tuple[Any, ...]) -> str:
-    """A validation error's location as the user wrote it: ``turns[2]``, not ``turns.2`` or ``id.str``."""
-    where = ""
-    for i, part in enumerate(loc):
-        if isinstance(part, int):
-            where += f"[{part}]"
-        elif i == 0:
-            where = str(part)
-        elif loc[0] in ("json_schema", "schema", "tool_choice"):
-            where += f".{part}"
-        # else: a union member's tag (``str``, ``int``) that pydantic adds
-    return {"json_schema": "schema"}.get(where, where)
+    """A validation error's location as the user wrote it: ``turns[2]``, not ``turns.2``; the tags that
+    pydantic adds for union members (``id.str``, ``schema.bool``) are dropped."""
+    if not loc:
+        return ""
+    return str(loc[0]) + "".join(f"[{part}]" for part in loc[1:] if isinstance(part, int))
 
 
 def parse_lines(text: str) -> list[Job]:
@@ -186,11 +180,11 @@ def parse_lines(text: str) -> list[Job]:
             job.spec = BatchLine.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
-            where = _where(tuple(err["loc"])) or "line"
+            where = _where(tuple(err["loc"]))
             msg = err["msg"].removeprefix("Value error, ")
             if where == "id" and err["type"] in ("string_type", "int_type"):
                 msg = "must be a string or an integer"
-            job.error = f"line {lineno}{_id_note(job)}: {where}: {msg}"
+            job.error = f"line {lineno}{_id_note(job)}: " + (f"{where}: {msg}" if where else msg)
             continue
         key = str(job.spec.id)
         if key in seen:

@@ -39,6 +39,11 @@ def errors(text: str) -> dict[int, str | None]:
         ('{"id": "t", "turns": ["x"], "seed": 1180591620717411303424}', "seed: Input should be less than"),
         ('{"id": "t", "turns": ["x"], "seed": -1}', "seed: Input should be greater than or equal to 0"),
         ('{"id": "t", "turns": ["x"], "repetition_penalty": 1e-300}', "repetition_penalty: Input should be"),
+        ('{"id": "t", "turns": ["x"], "mode": "json", "schema": 5}', "(id 't'): schema: Input should be"),
+        (
+            '{"id": "t", "turns": ["x"], "mode": "tool", "tool_choice": {"name": 3}}',
+            "(id 't'): tool_choice must",
+        ),
     ],
 )
 def test_a_bad_line_is_an_error_naming_the_line_and_the_others_still_parse(line, expected):
