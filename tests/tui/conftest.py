@@ -418,6 +418,13 @@ async def ready(app: RadixChatApp, pilot: Any) -> None:
     await pilot.pause()
 
 
+async def say_mid_reply(app: RadixChatApp, pilot: Any, fake: Any, text: str) -> None:
+    """Send ``text`` and return once its (long, gated) reply has streamed its first chunk, "ab"."""
+    fake.script = Script(reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event())
+    await say(app, pilot, text, wait=False)
+    await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
+
+
 async def say(app: RadixChatApp, pilot: Any, text: str, wait: bool = True, timeout: float = 30.0) -> None:
     """Type ``text`` into the prompt, press Enter, and (by default) wait until the turn is fully handled."""
     app.prompt.focus()

@@ -11,7 +11,7 @@ from radixchat.chat.session import load_session, session_path
 from radixchat.errors import ModelLoadError
 from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.user_message import UserMessage
-from tests.tui.conftest import TERMINAL, Script, ready, say, turn_done, wait_until
+from tests.tui.conftest import TERMINAL, Script, ready, say, say_mid_reply, turn_done, wait_until
 
 CODE_REPLY = "Two ways:\n\n```python\nprint(1)\n```\n\nand\n\n```sh\necho 2\n```\n"
 
@@ -46,12 +46,10 @@ async def test_the_second_turn_reuses_the_first_turns_tokens(make_app):
 
 
 async def test_escape_stops_the_reply_and_keeps_what_was_generated(make_app, fake):
-    fake.script = Script(reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event())
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        await say(app, pilot, "go", wait=False)
-        await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
+        await say_mid_reply(app, pilot, fake, "go")
         await pilot.press("escape")
         await turn_done(app, pilot, 0)
         msg = app.state.conv.messages[-1]
@@ -232,11 +230,7 @@ async def test_quitting_mid_reply_saves_the_prompt_and_the_partial_reply(make_ap
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await say(app, pilot, "first")
-        fake.script = Script(
-            reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event()
-        )
-        await say(app, pilot, "a long one", wait=False)
-        await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
+        await say_mid_reply(app, pilot, fake, "a long one")
         await pilot.press("ctrl+q")
     assert app.return_code == 0
     saved = load_session(session_path(settings.sessions_dir, app.state.session_name))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -14,7 +13,7 @@ from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
 from radixchat.tui.screens.sessions import SessionsScreen
 from radixchat.tui.screens.settings import SettingsScreen
 from radixchat.tui.session_store import session_markdown
-from tests.tui.conftest import TERMINAL, FakeBackend, Script, ready, say, wait_until
+from tests.tui.conftest import TERMINAL, FakeBackend, ready, say, say_mid_reply, wait_until
 
 
 async def test_each_completed_turn_is_autosaved(make_app, settings):
@@ -245,19 +244,13 @@ def test_markdown_export_shows_tool_calls_and_results_not_call_json():
     assert '- calls `calculator(expression="6*7")`' in md and "## Tool calculator\n\n```\n42\n```" in md
 
 
-async def _mid_reply(app, pilot, fake, text: str) -> None:
-    fake.script = Script(reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event())
-    await say(app, pilot, text, wait=False)
-    await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
-
-
 async def test_a_new_chat_in_the_middle_of_a_reply_saves_that_turn_first(make_app, fake, settings):
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await say(app, pilot, "first")
         name = app.state.session_name
-        await _mid_reply(app, pilot, fake, "tell me about ships")
+        await say_mid_reply(app, pilot, fake, "tell me about ships")
         await pilot.press("ctrl+n")
         await wait_until(lambda: app.state.session_name != name, pilot=pilot)
     saved = load_session(session_path(settings.sessions_dir, name))
@@ -271,7 +264,7 @@ async def test_opening_a_session_in_the_middle_of_an_unsaved_chat_saves_the_chat
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        await _mid_reply(app, pilot, fake, "say hi")
+        await say_mid_reply(app, pilot, fake, "say hi")
         # As the session browser does: from a handler on the app's message queue, where the reply's
         # end-of-turn message waits behind it.
         app.call_later(app.open_session, load_session(session_path(settings.sessions_dir, "other")))
