@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from radixchat.chat.backend import ChatBackend, LocalBackend, TurnResult, sampling_params
 from radixchat.chat.conversation import Conversation
+from radixchat.chat.loading import load_backend, start_backend
 from radixchat.chat.modes import grammar_for
 from radixchat.chat.session import (
     SamplingSettings,
@@ -41,7 +42,7 @@ from radixchat.chat.session import (
 from radixchat.chat.tool_turn import ToolTurn, run_tool_turn
 from radixchat.chat.tools import Tool, ToolContext, ToolRegistry, allow_listed
 from radixchat.config import Settings
-from radixchat.engine import Engine, SamplingParams
+from radixchat.engine import SamplingParams
 from radixchat.errors import RadixchatError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -577,7 +578,7 @@ async def _run_all(settings: Settings, jobs: list[Job], ns: argparse.Namespace) 
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signum)
         if backend is not None:
-            await _close_backend(backend)
+            await backend.aclose()
         if out is not None:
             if stopped_by:
                 writer.flush_all()
@@ -599,19 +600,9 @@ async def _run_all(settings: Settings, jobs: list[Job], ns: argparse.Namespace) 
 async def _open_backend(settings: Settings) -> ChatBackend:
     """The in-process engine (loaded and started), or the remote server named by ``backend`` (its model
     checked). Failures raise ModelLoadError (exit 3)."""
-    if settings.backend != "local":
-        from radixchat.chat.remote import connect
-
-        return await connect(settings)
-    loop = asyncio.get_running_loop()
-    engine = await loop.run_in_executor(None, Engine.from_settings, settings)
-    backend = LocalBackend(engine, cache_dir=settings.cache_dir)
-    await engine.start()
+    backend = await asyncio.to_thread(load_backend, settings)
+    await start_backend(backend)
     return backend
-
-
-async def _close_backend(backend: Any) -> None:
-    await backend.aclose()
 
 
 def _close_output(out: IO[str], writer: Writer) -> None:

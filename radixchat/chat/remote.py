@@ -49,11 +49,8 @@ class RemoteFormat:
     """The ``ChatFormat`` stand-in for a remote backend: the server renders and tokenizes, so nothing here
     does. Every message's ``token_ids`` stay empty and the delta path never re-renders anything."""
 
-    tokenizer = None
-    template = ""
-    native_tools = True
-    delta_ok = True
-    delta_problem: str | None = None
+    tokenizer = None  # read by session loading: no vocabulary to check ids against
+    delta_ok = True  # read by Conversation
 
     def render(
         self, messages: list[Message], add_generation_prompt: bool, tools: list[dict] | None = None
@@ -92,9 +89,9 @@ class RemoteTotals:
 
 
 class RemoteBackend:
-    """Chat over an OpenAI-compatible server. Build with ``connect(settings)`` (checks the model) or
-    ``from_settings`` (no network). The HTTP client is created in the first event loop that uses it;
-    call ``aclose()`` when done."""
+    """Chat over an OpenAI-compatible server. Build with ``load_remote_backend(settings)`` (checks the
+    model) or ``from_settings`` (no network). The HTTP client is created in the first event loop that
+    uses it; call ``aclose()`` when done."""
 
     fmt: RemoteFormat
 
@@ -358,15 +355,9 @@ def request_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-async def connect(settings: Any) -> RemoteBackend:
-    """A backend for ``settings.backend`` with its model checked against the server."""
-    backend = RemoteBackend.from_settings(settings)
-    await backend.resolve_model(explicit="model" in settings.model_fields_set)
-    return backend
-
-
 def load_remote_backend(settings: Any, progress: Any = None) -> RemoteBackend:
-    """``connect`` for a loader thread (blocking; the TUI's backend factory signature)."""
+    """A backend for ``settings.backend`` with its model checked against the server (blocking: for a
+    loader thread)."""
     if progress is not None:
         progress(f"connecting to {settings.backend}")
     backend = RemoteBackend.from_settings(settings)

@@ -144,7 +144,7 @@ class RemoteReply:
         if not fmt or fmt.get("type") != "json_schema":
             return False
         self._backend.json_schema_style = "json_object"
-        self._request["response_format"] = {"type": "json_object", "schema": fmt["json_schema"]["schema"]}
+        self._request["response_format"] = self._backend._json_schema_format(fmt["json_schema"]["schema"])
         return True
 
     def _on_chunk(self, chunk: Any) -> None:

@@ -24,7 +24,6 @@ from radixchat.tui.backend import (
     BackendFactory,
     load_backend,
     start_backend,
-    stop_backend,
 )
 from radixchat.tui.chat_actions import ChatActions
 from radixchat.tui.commands import ChatCommands
@@ -276,7 +275,7 @@ class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
             self._reply.cancel()
         if self.backend is not None:
             backend, self.backend = self.backend, None
-            await stop_backend(backend)
+            await backend.aclose()
 
     async def action_quit(self) -> None:
         await self.stop_reply()  # keeps and saves the prompt and what came of the reply, as Esc would

@@ -1,9 +1,9 @@
 """How the app gets a backend, and the few calls it makes on one besides the chat protocol.
 
-The app never imports the engine (and so torch) at module level: ``load_backend`` runs in a thread
-worker and imports it there, so the window is up and typeable while torch and the model load. Tests
-inject any ``BackendFactory``; a backend implements ``radixchat.chat.backend.ChatBackend`` and may have
-``warm(ids)`` and an ``engine`` with ``async start()`` / ``async stop()``.
+The app never imports the engine (and so torch) at module level: ``load_backend``
+(``radixchat.chat.loading``) runs in a thread worker and imports it there, so the window is up and
+typeable while torch and the model load. Tests inject any ``BackendFactory``; a backend implements
+``radixchat.chat.backend.ChatBackend`` and may have ``warm(ids)`` and an ``engine`` to start.
 """
 
 from __future__ import annotations
@@ -11,43 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from radixchat.chat.loading import Progress, load_backend, start_backend
+
+__all__ = ["BackendFactory", "load_backend", "start_backend"]
+
 if TYPE_CHECKING:
     from radixchat.chat.backend import ChatBackend
     from radixchat.chat.conversation import Conversation
     from radixchat.chat.session import SamplingSettings
     from radixchat.config import Settings
 
-Progress = Callable[[str], None]
 BackendFactory = Callable[["Settings", Progress], "ChatBackend"]
-
-
-def load_backend(settings: Settings, progress: Progress) -> ChatBackend:
-    """The backend ``settings`` name (blocking: run it in a thread): the in-process engine with its model
-    loaded, or an OpenAI-compatible server (``backend = URL``) with its model checked."""
-    if settings.backend != "local":
-        from radixchat.chat.remote import load_remote_backend
-
-        return load_remote_backend(settings, progress)
-    progress("importing the engine")
-    from radixchat.chat.backend import LocalBackend
-    from radixchat.engine import Engine
-
-    return LocalBackend(Engine.from_settings(settings, progress=progress), cache_dir=settings.cache_dir)
-
-
-async def start_backend(backend: Any) -> None:
-    engine = getattr(backend, "engine", None)
-    if engine is not None:
-        await engine.start()
-
-
-async def stop_backend(backend: Any) -> None:
-    engine = getattr(backend, "engine", None)
-    if engine is not None:
-        await engine.stop()
-    aclose = getattr(backend, "aclose", None)  # a remote backend's HTTP client
-    if aclose is not None:
-        await aclose()
 
 
 def warm_ids(conv: Conversation) -> list[int]:

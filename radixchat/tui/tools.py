@@ -35,10 +35,6 @@ def build_registry(settings: Settings) -> tuple[ToolRegistry, str | None]:
         return ToolRegistry(), f"{exc}; only the built-in tools are offered"
 
 
-def default_names(registry: ToolRegistry) -> list[str]:
-    return [t.name for t in registry.select(None)]
-
-
 def offered(registry: ToolRegistry, names: list[str] | None) -> list[Tool]:
     """The tools a session offers (None: the built-ins); names the registry lacks are skipped."""
     if names is None:

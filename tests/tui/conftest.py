@@ -223,6 +223,9 @@ class FakeBackend:
         self.grammars.append(grammar)
         return FakeReply(self, conv, self.script.reply_for(prompt))
 
+    async def aclose(self) -> None:
+        self.closed = True
+
     def warm(self, ids: Sequence[int]) -> None:
         self.warmed.append(list(ids))
         self.trie.insert(list(ids)[:-1])
