@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from radixchat.chat.conversation import ChatFormat, Conversation, Message
+from radixchat.chat.conversation import ChatFormat, Conversation, Message, usage_footer
 from radixchat.chat.modes import GrammarService, Mode
 from radixchat.engine import Engine, EngineStats, FinishEvent, SamplingParams, TokenEvent, TokenMatcher
 
@@ -45,18 +45,7 @@ class TurnResult:
         }
 
     def footer(self) -> str:
-        """``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s`` (``prompt 827 · ...`` when a remote server
-        reports no cached tokens; no counts when it reports no usage at all)."""
-        parts = []
-        if self.prefilled_tokens is not None:
-            parts += [f"reused {self.cached_tokens}", f"prefilled {self.prefilled_tokens}"]
-        elif self.prompt_tokens is not None:
-            parts.append(f"prompt {self.prompt_tokens}")
-        if self.ttft_ms is not None:
-            parts.append(f"TTFT {self.ttft_ms:.0f} ms")
-        if self.decode_tokens_per_s is not None:
-            parts.append(f"{self.decode_tokens_per_s:.0f} tok/s")
-        return " · ".join(parts)
+        return usage_footer(self.prompt_tokens, self.cached_tokens, self.ttft_ms, self.decode_tokens_per_s)
 
 
 class Reply(Protocol):

@@ -47,6 +47,23 @@ class ChatTemplateError(RadixchatError):
     """The model's chat template cannot render these messages."""
 
 
+def usage_footer(
+    prompt: int | None, cached: int | None, ttft_ms: float | None, tokens_per_s: float | None
+) -> str:
+    """A reply's footer: ``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s`` (``prompt 827 · ...`` when
+    a remote server reports no cached tokens; no counts when it reports no usage: unknown is not 0)."""
+    parts = []
+    if prompt is not None and cached is not None:
+        parts += [f"reused {cached}", f"prefilled {prompt - cached}"]
+    elif prompt is not None:
+        parts.append(f"prompt {prompt}")
+    if ttft_ms is not None:
+        parts.append(f"TTFT {ttft_ms:.0f} ms")
+    if tokens_per_s is not None:
+        parts.append(f"{tokens_per_s:.0f} tok/s")
+    return " · ".join(parts)
+
+
 @dataclass(slots=True)
 class Message:
     role: Role

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Markdown, Static
 
-from radixchat.chat.conversation import Message
+from radixchat.chat.conversation import Message, usage_footer
 from radixchat.tui.messages import RegenerateRequested
 from radixchat.tui.tools import CallFilter, strip_calls
 from radixchat.tui.widgets.message_view import MessageView
@@ -46,20 +46,15 @@ def display_text(content: str, mode: str | None, tool_calls: list[dict[str, Any]
 
 
 def footer_from_meta(meta: dict[str, Any], finish_reason: str | None) -> str:
-    """The ``reused N · prefilled M · TTFT x ms · y tok/s`` line from a saved message's meta, as
-    ``TurnResult.footer`` writes it: a count the server did not report is unknown, not 0."""
+    """A saved message's footer, from its meta, as the reply's own was."""
     usage = meta.get("usage") or {}
-    prompt, cached = usage.get("prompt_tokens"), usage.get("cached_tokens")
-    parts = []
-    if prompt is not None and cached is not None:
-        parts += [f"reused {cached}", f"prefilled {prompt - cached}"]
-    elif prompt is not None:
-        parts.append(f"prompt {prompt}")
-    if meta.get("ttft_ms") is not None:
-        parts.append(f"TTFT {meta['ttft_ms']:.0f} ms")
-    if meta.get("decode_tokens_per_s") is not None:
-        parts.append(f"{meta['decode_tokens_per_s']:.0f} tok/s")
-    return decorate_footer(" · ".join(parts), finish_reason, meta.get("error"), bool(meta.get("partial")))
+    footer = usage_footer(
+        usage.get("prompt_tokens"),
+        usage.get("cached_tokens"),
+        meta.get("ttft_ms"),
+        meta.get("decode_tokens_per_s"),
+    )
+    return decorate_footer(footer, finish_reason, meta.get("error"), bool(meta.get("partial")))
 
 
 def decorate_footer(
