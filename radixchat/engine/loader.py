@@ -54,6 +54,9 @@ class LoadedModel:
     num_layers: int
     num_kv_heads: int
     head_dim: int
+    # How the linear layers store and multiply their weights ("float32" is the exact path). Part of the
+    # model's identity for anything derived from its outputs (a saved KV cache, say).
+    weights_format: str = "float32"
 
 
 def pick_device(device: str) -> torch.device:
