@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from radixchat import __version__
-from radixchat.config import Settings
+from radixchat.config import Settings, default_cache_dir
 from radixchat.errors import ConfigError, ModelLoadError, RadixchatError
+from radixchat.machine import probed_auto_choice
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -37,6 +38,8 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
         if origin in (list, dict):  # structured settings (user tools, keymap) live in the config file only
             continue
         help_text = field.description if default is None else f"{field.description} (default: {default})"
+        if name == "weights" and (choice := probed_auto_choice(default_cache_dir())):
+            help_text += f"; auto runs {choice} on this machine"
         if annotation is bool:
             group.add_argument(
                 _flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
@@ -147,6 +150,23 @@ def configure_logging(settings: Settings, interactive: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
+def check_local_engine_settings(settings: Settings) -> None:
+    """A weights format this machine cannot run is a usage error before anything loads (needs torch, so only
+    for an explicit compact format)."""
+    if settings.backend != "local" or settings.weights in ("auto", "float32"):
+        return
+    import torch
+
+    from radixchat.engine.weights import check_weights_format
+
+    device = (
+        "cuda"
+        if settings.device == "cuda" or (settings.device == "auto" and torch.cuda.is_available())
+        else "cpu"
+    )
+    check_weights_format(settings.weights, torch.device(device))
+
+
 def error(msg: str) -> None:
     print(f"radixchat: {msg}", file=sys.stderr, flush=True)
 
@@ -160,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         error(str(exc))
         return EXIT_USAGE
     configure_logging(settings, interactive=ns.batch is None and not ns.list_models)
+    try:
+        check_local_engine_settings(settings)
+    except ConfigError as exc:
+        error(str(exc))
+        return EXIT_USAGE
     try:
         if ns.list_models:
             return list_models(settings)

@@ -97,7 +97,19 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)"
     )
-    cache_dir: Path = Field(default_factory=default_cache_dir, description="where converted models are kept")
+    weights: Literal["auto", "float32", "bfloat16", "float16", "int4"] = Field(
+        "auto",
+        description="how the linear layers store and multiply their weights, on CPU: float32 (exact), "
+        "bfloat16, float16, int4 (4-bit, groups of 32); auto: the fastest on this machine, measured once "
+        "at first start and cached",
+    )
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="compile the decode step in the background (auto: on CPU with a compact weights format)",
+    )
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir, description="where converted models and measurements are kept"
+    )
 
     # -- engine ---------------------------------------------------------------------------------------
     kv_pool_tokens: int | None = Field(

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 import radixchat.engine.attention as attention  # registers the "radix" attention function
+from radixchat.engine.weights import WeightsPlan, apply_weights, check_weights_format
 from radixchat.errors import ModelLoadError
 
 BUNDLED_ALIASES = {"smollm2", "default", "smollm2-135m-instruct"}
@@ -57,6 +58,7 @@ class LoadedModel:
     # How the linear layers store and multiply their weights ("float32" is the exact path). Part of the
     # model's identity for anything derived from its outputs (a saved KV cache, say).
     weights_format: str = "float32"
+    weights: WeightsPlan = WeightsPlan("float32", {})
 
 
 def pick_device(device: str) -> torch.device:
@@ -245,12 +247,20 @@ def describe_model(model: Any, tokenizer: Any, name: str, path: Path) -> LoadedM
 
 
 def load_model(
-    spec: str, *, device: str = "auto", dtype: str = "auto", cache_dir: Path, progress: Progress | None = None
+    spec: str,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    weights: str = "float32",
+    cache_dir: Path,
+    progress: Progress | None = None,
 ) -> LoadedModel:
+    """Load ``spec`` (see the module docstring) and swap its linears to the ``weights`` format."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
+    check_weights_format(weights, dev)
     name, path = resolve_model(spec, cache_dir, progress)
     try:
         config = AutoConfig.from_pretrained(path)
@@ -268,4 +278,7 @@ def load_model(
     except Exception as exc:
         raise ModelLoadError(f"cannot load model from {path}: {str(exc).splitlines()[0][:300]}") from None
     model.to(dev).eval()
-    return describe_model(model, tokenizer, name, path)
+    loaded = describe_model(model, tokenizer, name, path)
+    loaded.weights = apply_weights(model, weights, dev, cache_dir, progress)
+    loaded.weights_format = loaded.weights.name
+    return loaded

@@ -1,0 +1,420 @@
+"""Weights formats: how the linear layers store and multiply their weights.
+
+The transformers model code is never touched. ``apply_weights`` swaps each ``nn.Linear`` of the loaded model
+for a ``FormatLinear`` that keeps the original weight (the exact path) and, beside it, the compact copies its
+other kernels need. Every call picks its kernel by how many rows it multiplies: one per stream in a decode
+step, hundreds in a prefill chunk. Which kernel is fastest for which row count differs from machine to machine
+(a 4-bit kernel that wins on an AVX-512 CPU loses 6-9x on an AVX2 one), so a short probe measures them on the
+model's own weights at first start, and the result is cached by CPU model and torch version.
+
+Kernels (a format is the set of kernels it may use):
+
+- ``float32``  the model's own weights, ``F.linear`` (the exact path; also used by every format for the row
+  counts where it is fastest, typically large prefill chunks);
+- ``bfloat16`` / ``float16``  a half-precision copy, activations rounded to it;
+- ``int4``  4-bit weights in groups of 32 with a scale and a minimum per group (asymmetric, as GGUF's Q4_1),
+  through PyTorch's CPU int4 matmul with bfloat16 activations. For a model that was shipped as Q4_1 (the
+  bundled SmolLM2) the 4-bit codes are recovered exactly; the group scales and the output round to bfloat16.
+
+The LM head is the exception: every format computes it in float16 or float32 (see ``HEAD_KERNELS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixchat.errors import ConfigError
+from radixchat.machine import read_probes, write_probe
+
+log = logging.getLogger(__name__)
+
+KERNELS = ("float32", "bfloat16", "float16", "int4")
+# Each format may use these kernels (the probe picks one per row count among them).
+FORMATS: dict[str, tuple[str, ...]] = {
+    "float32": ("float32",),
+    "bfloat16": ("bfloat16", "float32"),
+    "float16": ("float16", "float32"),
+    "int4": ("int4", "bfloat16", "float32"),
+}
+WEIGHTS_CHOICES = ("auto", *FORMATS)
+# The LM head's output is the logits: rounded to bfloat16 (8-bit mantissa) or computed from 4-bit weights, the
+# top-1 token flips at 3% and 16% of positions of a teacher-forced text with SmolLM2 (float16: under 1%). So
+# the head keeps at least float16 in every format.
+HEAD_KERNELS = ("float16", "float32")
+INT4_GROUP = 32
+# Row counts the probe measures; a call with m rows uses the choice of the smallest bucket >= m.
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+HEAD_BUCKETS = (1, 2, 4, 8, 16, 32)  # the LM head only sees the rows that sample (logits_to_keep)
+
+
+# -- kernels ----------------------------------------------------------------------------------------------
+
+
+def _half(dtype: torch.dtype) -> Callable[[FormatLinear, torch.Tensor], torch.Tensor]:
+    attr = f"w_{str(dtype).removeprefix('torch.')}"
+
+    def mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
+        out = F.linear(x.to(dtype), getattr(layer, attr)).to(x.dtype)
+        return out if layer.bias is None else out + layer.bias
+
+    return mm
+
+
+def _int4_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
+    rows = x.reshape(-1, layer.in_features).to(torch.bfloat16)
+    out = torch._weight_int4pack_mm_for_cpu(rows, layer.w_int4, INT4_GROUP, layer.sz_int4)
+    out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
+    return out if layer.bias is None else out + layer.bias
+
+
+def _dense_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, layer.weight, layer.bias)
+
+
+_MM: dict[str, Callable[[FormatLinear, torch.Tensor], torch.Tensor]] = {
+    "float32": _dense_mm,
+    "bfloat16": _half(torch.bfloat16),
+    "float16": _half(torch.float16),
+    "int4": _int4_mm,
+}
+
+
+def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed 4-bit weight, [groups, N, 2] bfloat16 scale and offset) for torch's CPU int4 matmul.
+
+    Per group of 32 inputs: w ~ q * scale + minimum, q in 0..15. The kernel computes (q - 8) * scale + offset,
+    so offset = minimum + 8 * scale."""
+    w = weight.detach().float()
+    n, k = w.shape
+    groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
+    lo = groups.amin(-1, keepdim=True)
+    scale = ((groups.amax(-1, keepdim=True) - lo) / 15).clamp(min=1e-12)
+    q = ((groups - lo) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+    sz = torch.stack([scale.reshape(n, -1), (lo + 8 * scale).reshape(n, -1)], -1)
+    return packed, sz.transpose(0, 1).contiguous().to(torch.bfloat16)
+
+
+def kernel_fits(kernel: str, weight: torch.Tensor) -> bool:
+    if kernel != "int4":
+        return True
+    n, k = weight.shape
+    return weight.device.type == "cpu" and k % INT4_GROUP == 0 and n % 8 == 0
+
+
+def _pack(layer: FormatLinear, kernel: str) -> None:
+    if kernel == "float32" or hasattr(layer, f"w_{kernel}"):
+        return
+    if kernel == "int4":
+        packed, sz = _pack_int4(layer.weight)
+        layer.register_buffer("w_int4", packed, persistent=False)
+        layer.register_buffer("sz_int4", sz, persistent=False)
+    else:
+        dtype = getattr(torch, kernel)
+        layer.register_buffer(f"w_{kernel}", layer.weight.detach().to(dtype).contiguous(), persistent=False)
+
+
+def _unpack(layer: FormatLinear, keep: Iterable[str]) -> None:
+    keep = set(keep)
+    for kernel in KERNELS:
+        if kernel != "float32" and kernel not in keep:
+            for name in (f"w_{kernel}", f"sz_{kernel}"):
+                if hasattr(layer, name):
+                    delattr(layer, name)
+
+
+_capable: dict[str, str | None] = {}
+
+
+def kernel_unavailable(kernel: str, device: torch.device) -> str | None:
+    """Why ``kernel`` cannot run here (None: it can). Checked once on a tiny product."""
+    if kernel == "float32":
+        return None
+    if device.type != "cpu":
+        return "compact weights formats run on the CPU only (on CUDA, use --dtype)"
+    if kernel not in _capable:
+        try:
+            w = torch.randn(16, 2 * INT4_GROUP)
+            layer = FormatLinear(nn.Linear(2 * INT4_GROUP, 16, bias=False), "probe")
+            layer.weight = nn.Parameter(w, requires_grad=False)
+            _pack(layer, kernel)
+            got = _MM[kernel](layer, torch.randn(3, 2 * INT4_GROUP))
+            assert got.shape == (3, 16) and bool(torch.isfinite(got).all())
+            _capable[kernel] = None
+        except Exception as exc:  # an op missing from this torch build, or a kernel that fails on this CPU
+            _capable[kernel] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    return _capable[kernel]
+
+
+def runnable_formats(device: torch.device) -> list[str]:
+    return [f for f in FORMATS if not kernel_unavailable(FORMATS[f][0], device)]
+
+
+def check_weights_format(fmt: str, device: torch.device) -> None:
+    """Raise ConfigError (a usage error) for an unknown format or one this machine cannot run."""
+    if fmt not in WEIGHTS_CHOICES:
+        raise ConfigError(f"unknown weights format '{fmt}' (choose one of: {', '.join(WEIGHTS_CHOICES)})")
+    if fmt != "auto" and (why := kernel_unavailable(FORMATS[fmt][0], device)):
+        choices = ", ".join(["auto", *runnable_formats(device)])
+        raise ConfigError(
+            f"weights format '{fmt}' cannot run on this machine ({why}); choose one of: {choices}"
+        )
+
+
+# -- the swapped linear layer -------------------------------------------------------------------------------
+
+
+class FormatLinear(nn.Module):
+    """A drop-in for ``nn.Linear`` that keeps its weight and picks a kernel per call by row count."""
+
+    def __init__(self, linear: nn.Linear, group: str) -> None:
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.weight = linear.weight  # the same Parameter: a tied embedding keeps sharing it
+        self.bias = linear.bias
+        self.group = group
+        self.table: tuple[tuple[int, str], ...] = ((1 << 62, "float32"),)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // self.in_features
+        for max_rows, kernel in self.table:
+            if rows <= max_rows:
+                return _MM[kernel](self, x)
+        return _dense_mm(self, x)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, table={describe_table(self.table)}"
+
+
+def describe_table(table: Iterable[tuple[int, str]]) -> str:
+    """``int4≤16 bfloat16≤64 float32`` (the last kernel takes every larger row count)."""
+    parts = []
+    table = list(table)
+    for i, (max_rows, kernel) in enumerate(table):
+        parts.append(kernel if i == len(table) - 1 else f"{kernel}≤{max_rows}")
+    return " ".join(parts)
+
+
+# -- the probe ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsPlan:
+    """Which kernel each group of linears uses for each row count, and the format it came from."""
+
+    format: str
+    tables: dict[str, tuple[tuple[int, str], ...]]  # group ("layers", "head") -> table
+
+    @property
+    def name(self) -> str:
+        """A stable identity of the numerics: the format and every table (part of KV fingerprints)."""
+        if self.format == "float32":
+            return "float32"
+        return (
+            f"{self.format}[" + "; ".join(f"{g}: {describe_table(t)}" for g, t in self.tables.items()) + "]"
+        )
+
+    def as_json(self) -> dict:
+        return {
+            "format": self.format,
+            "tables": {g: [list(row) for row in t] for g, t in self.tables.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> WeightsPlan:
+        tables = {g: tuple((int(m), str(k)) for m, k in rows) for g, rows in data["tables"].items()}
+        return cls(str(data["format"]), tables)
+
+
+def _groups(model: nn.Module) -> dict[str, list[tuple[nn.Module, str, nn.Linear]]]:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    out: dict[str, list[tuple[nn.Module, str, nn.Linear]]] = {"layers": [], "head": []}
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, (nn.Linear, FormatLinear)):
+                out["head" if child is head else "layers"].append((parent, name, child))
+    return {g: v for g, v in out.items() if v}
+
+
+def _signature(groups: dict[str, list[tuple[nn.Module, str, nn.Linear]]]) -> str:
+    parts = []
+    for g, items in groups.items():
+        shapes: dict[tuple[int, int], int] = {}
+        for _, _, lin in items:
+            key = (lin.out_features, lin.in_features)
+            shapes[key] = shapes.get(key, 0) + 1
+        parts.append(g + ":" + ",".join(f"{n}x{k}*{c}" for (n, k), c in sorted(shapes.items())))
+    return " ".join(parts)
+
+
+def _sample(items: list[FormatLinear], min_bytes: int) -> list[FormatLinear]:
+    """The first linears (in model order) whose float32 weights add up to ``min_bytes``: enough that they
+    stream from memory as in a real step, instead of sitting in the last-level cache."""
+    out, total = [], 0
+    for lin in items:
+        out.append(lin)
+        total += lin.weight.numel() * 4
+        if total >= min_bytes:
+            break
+    return out
+
+
+PROBE_ROUNDS = 4
+
+
+def _once(layers: list[FormatLinear], kernel: str, xs: dict[int, torch.Tensor]) -> float:
+    mm = _MM[kernel]
+    t0 = time.perf_counter()
+    for lin in layers:
+        mm(lin, xs[lin.in_features])
+    return time.perf_counter() - t0
+
+
+def run_probe(
+    model: nn.Module, kernels: Iterable[str], progress: Callable[[str], None] | None = None
+) -> dict:
+    """Time every kernel on the model's own weights for every bucket; returns {group: {bucket: {kernel: s}}}.
+
+    The kernels take turns, round after round, and each keeps its best time: a burst of other work on the
+    machine then slows every kernel alike instead of deciding the plan against the one it happened to hit."""
+    groups = _groups(model)
+    kernels = [k for k in kernels if not kernel_unavailable(k, torch.device("cpu"))]
+    if progress:
+        progress(f"measuring weights formats on this CPU ({', '.join(kernels)}; once)")
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    with torch.inference_mode():
+        for group, items in groups.items():
+            layers = _sample([lin for _, _, lin in items], 96 << 20)
+            usable = [
+                k
+                for k in kernels
+                if (group != "head" or k in HEAD_KERNELS)
+                and all(kernel_fits(k, lin.weight) for lin in layers)
+            ]
+            for lin in layers:
+                for kernel in usable:
+                    _pack(lin, kernel)
+            for rows in HEAD_BUCKETS if group == "head" else BUCKETS:
+                # Large row counts are compute-bound: a few layers tell as much as all of them.
+                sample = layers if rows <= 64 else layers[: max(1, len(layers) // 8)]
+                xs = {k: torch.randn(rows, k) for k in {lin.in_features for lin in sample}}
+                best = {k: _once(sample, k, xs) for k in usable}  # also the warm-up
+                for _ in range(PROBE_ROUNDS):
+                    for k in usable:
+                        best[k] = min(best[k], _once(sample, k, xs))
+                scale = len(layers) / len(sample)
+                result.setdefault(group, {})[str(rows)] = {k: t * scale for k, t in best.items()}
+            for lin in layers:
+                _unpack(lin, ())
+    return result
+
+
+def plan_from_probe(fmt: str, timings: dict, device: torch.device) -> WeightsPlan:
+    """The fastest kernel per bucket among the format's kernels; ``auto`` takes the format with the fastest
+    single-stream decode step (layers and head at one row)."""
+    if fmt == "auto":
+        measured = timings.get("layers", {}).get("1", {})
+        plans = [
+            plan_from_probe(f, timings, device) for f in runnable_formats(device) if FORMATS[f][0] in measured
+        ]
+        return min(plans, key=lambda p: (_step_time(p, timings), len(FORMATS[p.format])))
+    tables = {}
+    for group, buckets in timings.items():
+        rows: list[tuple[int, str]] = []
+        for bucket in sorted(buckets, key=int):
+            allowed = set(FORMATS[fmt]) if group != "head" else set(HEAD_KERNELS)
+            if fmt == "float32":
+                allowed = {"float32"}
+            options = {k: t for k, t in buckets[bucket].items() if k in allowed}
+            best = min(options, key=options.__getitem__) if options else "float32"
+            if rows and rows[-1][1] == best:
+                rows[-1] = (int(bucket), best)
+            else:
+                rows.append((int(bucket), best))
+        rows[-1] = (1 << 62, rows[-1][1])
+        tables[group] = tuple(rows)
+    return WeightsPlan(fmt, tables)
+
+
+def _step_time(plan: WeightsPlan, timings: dict) -> float:
+    total = 0.0
+    for group, table in plan.tables.items():
+        total += timings[group]["1"].get(table[0][1], float("inf"))
+    return total
+
+
+def load_or_probe(model: nn.Module, cache_dir: Path, device: torch.device, progress=None) -> dict:  # noqa: ANN001
+    """The probe's timings for this machine and these model shapes: measured once, then cached."""
+    signature = _signature(_groups(model))
+    cached = read_probes(cache_dir).get(signature)
+    if isinstance(cached, dict) and isinstance(cached.get("timings"), dict):
+        return cached["timings"]
+    timings = run_probe(model, KERNELS, progress)
+    try:
+        write_probe(
+            cache_dir,
+            signature,
+            {"timings": timings, "auto": plan_from_probe("auto", timings, device).format},
+        )
+    except OSError as exc:  # a read-only cache only costs a probe at every start
+        log.warning("cannot cache the weights probe in %s: %s", cache_dir, exc)
+    return timings
+
+
+# -- applying a plan ------------------------------------------------------------------------------------------
+
+
+def apply_weights(
+    model: nn.Module,
+    fmt: str,
+    device: torch.device,
+    cache_dir: Path,
+    progress=None,  # noqa: ANN001
+) -> WeightsPlan:
+    """Swap the model's linears for FormatLinears following the plan for ``fmt`` on this machine."""
+    check_weights_format(fmt, device)
+    if device.type != "cpu" or fmt == "float32" or (fmt == "auto" and model.dtype != torch.float32):
+        return WeightsPlan("float32", {})
+    _swap(model)
+    plan = plan_from_probe(fmt, load_or_probe(model, cache_dir, device, progress), device)
+    install_plan(model, plan)
+    return plan
+
+
+def _swap(model: nn.Module) -> dict[str, list[FormatLinear]]:
+    swapped: dict[str, list[FormatLinear]] = {}
+    for group, items in _groups(model).items():
+        swapped[group] = []
+        for parent, name, lin in items:
+            layer = lin if isinstance(lin, FormatLinear) else FormatLinear(lin, group)
+            setattr(parent, name, layer)
+            swapped[group].append(layer)
+    return swapped
+
+
+def install_plan(model: nn.Module, plan: WeightsPlan) -> None:
+    """Give every linear its group's table and the compact copies that table uses (and no others)."""
+    for group, layers in _swap(model).items():
+        table = plan.tables.get(group, ((1 << 62, "float32"),))
+        for layer in layers:
+            usable = tuple((m, k if kernel_fits(k, layer.weight) else "float32") for m, k in table)
+            layer.table = usable
+            for _, kernel in usable:
+                _pack(layer, kernel)
+            _unpack(layer, (k for _, k in usable))
+
+
+def describe_weights(plan: WeightsPlan) -> str:
+    """For people: ``int4 (layers int4≤16 bfloat16, head float16)``."""
+    if not plan.tables:
+        return plan.format
+    return f"{plan.format} (" + ", ".join(f"{g} {describe_table(t)}" for g, t in plan.tables.items()) + ")"

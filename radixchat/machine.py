@@ -1,0 +1,75 @@
+"""What this machine is, and what was measured on it before: torch-free, so ``--help`` can say it cheaply.
+
+The engine measures the weights formats once per machine (``radixchat.engine.weights``) and caches the timings
+in ``<cache_dir>/weights-probe.json`` under a key naming the CPU model and the torch version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+PROBE_FILE = "weights-probe.json"
+PROBE_VERSION = 3
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def torch_version() -> str:
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "none"
+
+
+def probe_key() -> str:
+    return f"{cpu_name()} | torch {torch_version()} | v{PROBE_VERSION}"
+
+
+def read_probes(cache_dir: Path) -> dict[str, Any]:
+    """This machine's cached probe results, by model-shape signature ({} if none or unreadable)."""
+    try:
+        data = json.loads((cache_dir / PROBE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    entry = data.get(probe_key()) if isinstance(data, dict) else None
+    return entry if isinstance(entry, dict) else {}
+
+
+def write_probe(cache_dir: Path, signature: str, result: dict[str, Any]) -> None:
+    """Add one result under this machine's key (atomically; other machines' entries are kept)."""
+    path = cache_dir / PROBE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    entry = data.get(probe_key())
+    if not isinstance(entry, dict):
+        entry = data[probe_key()] = {}
+    entry[signature] = result
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def probed_auto_choice(cache_dir: Path) -> str | None:
+    """The weights format ``auto`` picked on this machine (for the first model probed), or None."""
+    for result in read_probes(cache_dir).values():
+        if isinstance(result, dict) and isinstance(result.get("auto"), str):
+            return result["auto"]
+    return None

@@ -1,0 +1,211 @@
+"""Weights formats: each kernel multiplies like F.linear, the probe's plan is cached per machine, bad formats
+are usage errors, and every format this machine can run keeps the real model's predictions (quality guard)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from radixchat.engine import weights as W
+from radixchat.errors import ConfigError
+from radixchat.machine import cpu_name, probed_auto_choice
+from tests.conftest import build_pair, tiny_config
+
+CPU = torch.device("cpu")
+RUNNABLE = [f for f in W.runnable_formats(CPU) if f != "float32"]
+
+# A fixed English text of about 300 tokens (no markup), for teacher-forced agreement.
+TEXT = (
+    "The lighthouse stood at the end of a narrow spit of rock, and for forty years the same keeper had climbed "
+    "its stairs every evening to light the lamp. He knew the sea in all its moods: the flat grey calm of "
+    "winter mornings, the sudden squalls that came in from the west in spring, and the long heavy swell that "
+    "rolled in after a storm far out in the ocean. Ships passed by at night, their lights moving slowly along "
+    "the horizon, and he liked to imagine where they were going and what they carried. One autumn a young "
+    "woman arrived from the town with a letter from the harbour master. The lamp was to be replaced by an "
+    "automatic light, she explained, and the keeper would no longer be needed. He read the letter twice, "
+    "folded it carefully, and put it in the drawer of his desk. Then he made her a cup of tea and showed her "
+    "the logbooks, which went back more than a century, recording every storm, every wreck and every ship "
+    "that had asked for help. She turned the pages slowly. By the time she left, the sun had set, and the "
+    "keeper climbed the stairs one more time to light the lamp. From the window of the bus she watched the "
+    "beam sweep across the water, steady and patient, as it had done every night for as long as anyone "
+    "could remember. In the town, people said later that the new light was brighter, but the fishermen "
+    "still looked for the old one when they came home late."
+)
+
+
+@pytest.fixture(scope="module")
+def probe_dir(tmp_path_factory):
+    """One probe cache for the module's real-model tests (the probe takes seconds)."""
+    return tmp_path_factory.mktemp("probe")
+
+
+def _tables(model: nn.Module) -> list[W.FormatLinear]:
+    return [m for m in model.modules() if isinstance(m, W.FormatLinear)]
+
+
+def test_every_kernel_multiplies_like_f_linear():
+    torch.manual_seed(0)
+    lin = nn.Linear(128, 64, bias=True)
+    x = torch.randn(5, 3, 128)
+    want = lin(x)
+    for kernel in W.KERNELS:
+        if W.kernel_unavailable(kernel, CPU):
+            continue
+        layer = W.FormatLinear(copy.deepcopy(lin), "layers")
+        W._pack(layer, kernel)
+        layer.table = ((1 << 62, kernel),)
+        got = layer(x)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        # half precision and 4 bits round the products; they must still be close
+        tol = {"float32": 1e-6, "float16": 2e-2, "bfloat16": 5e-2, "int4": 0.25}[kernel]
+        assert (got - want).abs().max().item() < tol * want.abs().max().item(), kernel
+
+
+def test_int4_reproduces_q4_1_weights_up_to_bfloat16_rounding():
+    """A weight already on a Q4_1 grid (the bundled GGUF's linears) keeps its 4-bit codes: reading it back
+    through the kernel differs only by bfloat16 rounding (of the group scales and of the output)."""
+    torch.manual_seed(1)
+    n, k = 16, 64
+    q = torch.randint(0, 16, (n, k // 32, 32)).float()
+    q[..., 0], q[..., 1] = 0, 15  # Q4_1 maps each block's minimum to 0 and its maximum to 15
+    scale = torch.rand(n, k // 32, 1).to(torch.bfloat16).float() / 10  # scales bfloat16 can hold
+    lo = torch.randn(n, k // 32, 1).to(torch.bfloat16).float() / 10
+    w = (q * scale + lo).reshape(n, k)
+    lin = nn.Linear(k, n, bias=False)
+    lin.weight.data = w
+    if W.kernel_unavailable("int4", CPU):
+        pytest.skip("no int4 kernel on this machine")
+    layer = W.FormatLinear(lin, "layers")
+    W._pack(layer, "int4")
+    layer.table = ((1 << 62, "int4"),)
+    eye = torch.eye(k)
+    # x = identity rows read the weights back; bfloat16 activations are exact for 0/1, outputs round
+    back = layer(eye).t()
+    assert torch.allclose(back, w, rtol=2**-7, atol=2**-8 * w.abs().max().item())
+    requantized = torch.randint(0, 16, (n, k)).float()  # a weight off the grid does not come back this close
+    assert not torch.allclose(back, w + requantized * 1e-2, rtol=2**-7, atol=2**-8 * w.abs().max().item())
+
+
+def test_plan_picks_the_fastest_kernel_per_bucket_within_the_format():
+    timings = {
+        "layers": {
+            "1": {"float32": 9.0, "bfloat16": 5.0, "float16": 2.0, "int4": 1.0},
+            "8": {"float32": 9.0, "bfloat16": 4.0, "float16": 8.0, "int4": 3.0},
+            "64": {"float32": 9.0, "bfloat16": 6.0, "float16": 20.0, "int4": 7.0},
+            "512": {"float32": 50.0, "bfloat16": 60.0, "float16": 99.0, "int4": 70.0},
+        },
+        "head": {"1": {"float32": 9.0, "bfloat16": 4.0, "float16": 2.0, "int4": 1.0}},
+    }
+    plan = W.plan_from_probe("int4", timings, CPU)
+    assert plan.tables["layers"] == ((8, "int4"), (64, "bfloat16"), (1 << 62, "float32"))
+    assert plan.tables["head"] == ((1 << 62, "float16"),)  # never 4-bit or bfloat16 logits
+    assert W.plan_from_probe("float16", timings, CPU).tables["layers"] == (
+        (8, "float16"),
+        (1 << 62, "float32"),
+    )
+    assert W.plan_from_probe("float32", timings, CPU).tables["layers"] == ((1 << 62, "float32"),)
+    runnable = W.runnable_formats(CPU)
+    auto = W.plan_from_probe("auto", timings, CPU)
+    assert auto.format == (
+        "int4" if "int4" in runnable else "float16" if "float16" in runnable else "float32"
+    )
+
+
+def test_unknown_format_is_a_usage_error_naming_the_choices():
+    with pytest.raises(ConfigError, match=r"unknown weights format 'int3' \(choose one of: auto, float32"):
+        W.check_weights_format("int3", CPU)
+
+
+def test_a_format_the_machine_cannot_run_is_a_usage_error():
+    # No CUDA device can run the CPU kernels; the message names what can run.
+    with pytest.raises(
+        ConfigError, match=r"'int4' cannot run on this machine .*choose one of: auto, float32"
+    ):
+        W.check_weights_format("int4", torch.device("cuda"))
+
+
+def test_the_probe_runs_once_per_machine_and_is_cached(tmp_path):
+    model, _ = build_pair(tiny_config("llama"))
+    plan = W.apply_weights(model, "auto", CPU, tmp_path)
+    cache = json.loads((tmp_path / "weights-probe.json").read_text())
+    (key,) = cache
+    assert cpu_name() in key and torch.__version__.split("+")[0] in key
+    (result,) = cache[key].values()
+    assert set(result["timings"]) == {"layers", "head"} and result["auto"] == plan.format
+    # A second model of the same shapes reuses the cached timings: the file is not rewritten.
+    mtime = (tmp_path / "weights-probe.json").stat().st_mtime_ns
+    again, _ = build_pair(tiny_config("llama"))
+    assert W.apply_weights(again, "auto", CPU, tmp_path) == plan
+    assert (tmp_path / "weights-probe.json").stat().st_mtime_ns == mtime
+    assert probed_auto_choice(tmp_path) == plan.format
+
+
+@pytest.mark.parametrize("fmt", RUNNABLE)
+def test_every_format_serves_requests_like_generate_on_the_same_format(fmt, tmp_path, smol_tokenizer):
+    """With a compact format, the engine (prefill chunks, then decode steps: several table rows) gives the
+    tokens transformers generate gives on the same swapped weights, the tied embedding stays one tensor, and
+    the logits stay close to float32's."""
+    from radixchat.engine.core import EngineConfig, EngineCore
+    from radixchat.engine.loader import describe_model
+    from radixchat.engine.request import SamplingParams
+    from tests.conftest import hf_greedy
+
+    cfg = tiny_config("llama")
+    cfg.tie_word_embeddings = True
+    model, ref = build_pair(cfg)
+    exact = copy.deepcopy(ref)
+    for m in (model, ref):
+        assert W.apply_weights(m, fmt, CPU, tmp_path).format == fmt
+        assert m.get_output_embeddings().weight is m.get_input_embeddings().weight
+    assert _tables(model) and all(layer.table for layer in _tables(model))
+    prompt = torch.randint(0, 512, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    core = EngineCore(
+        describe_model(model, smol_tokenizer, "tiny", tmp_path),
+        EngineConfig(kv_pool_tokens=512, chunked_prefill_size=16),
+    )
+    req = core.make_request(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    core.run_until_done([req])
+    assert req.output_ids == hf_greedy(ref, prompt, 8)
+    with torch.inference_mode():
+        x = torch.tensor([prompt + req.output_ids])
+        want, got = exact(x, use_cache=False).logits.float(), ref(x, use_cache=False).logits.float()
+    tol = {"float16": 2e-2, "bfloat16": 5e-2, "int4": 0.25}[fmt]
+    assert (got - want).abs().max().item() < tol * want.abs().max().item()
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("fmt", RUNNABLE)
+def test_quality_guard_teacher_forced_agreement_with_float32(fmt, smol, smol_tokenizer, probe_dir):
+    """Teacher-forced on a fixed ~300-token text, every kernel a format uses (the decode one and the prefill
+    ones) agrees with float32 on the top-1 token at >= 98% of positions, and its mean NLL is within 2%."""
+    _, ref = smol
+    ids = smol_tokenizer.encode(TEXT)
+    assert 250 <= len(ids) <= 400
+    x = torch.tensor([ids])
+    with torch.inference_mode():
+        base = ref(x, use_cache=False).logits[0, :-1].float()
+    target = x[0, 1:]
+    base_nll = torch.nn.functional.cross_entropy(base, target).item()
+    model = copy.deepcopy(ref)
+    plan = W.apply_weights(model, fmt, CPU, probe_dir)
+    assert plan.format == fmt
+    groups = W._groups(model)
+    # Every kernel of every group's table, with the other groups on their decode (one-row) kernel.
+    for group, table in plan.tables.items():
+        for kernel in sorted({k for _, k in table}):
+            for g, items in groups.items():
+                use = kernel if g == group else plan.tables[g][0][1]
+                for _, _, layer in items:
+                    W._pack(layer, use)
+                    layer.table = ((1 << 62, use),)
+            with torch.inference_mode():
+                logits = model(x, use_cache=False).logits[0, :-1].float()
+            agree = (logits.argmax(-1) == base.argmax(-1)).float().mean().item()
+            nll = torch.nn.functional.cross_entropy(logits, target).item()
+            print(f"{fmt} {group}/{kernel}: top-1 agreement {agree:.3f}, NLL {nll:.4f} vs {base_nll:.4f}")
+            assert agree >= 0.98, (group, kernel, agree)
+            assert abs(nll - base_nll) <= 0.02 * base_nll, (group, kernel, nll, base_nll)
