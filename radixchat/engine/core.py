@@ -10,9 +10,11 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from radixchat.engine.decode_graph import POLL_S, BuildSpec, DecodeGraphs, compile_unavailable, stream_ranges
 from radixchat.engine.detokenizer import Detokenizer
 from radixchat.engine.kv_pool import KVPool, KVShape, ReqToTokenTable
 from radixchat.engine.loader import LoadedModel
@@ -44,6 +46,18 @@ class EngineConfig:
     schedule_policy: str = "lpm"
     radix_cache: bool = True
     debug: bool = False
+    # "auto": compile the decode step on CPU when the weights are a compact format (float32 stays the exact,
+    # eager path); "on"; "off". See decode_graph.py (graphs are built by a background process, once).
+    compile: str = "off"
+    cache_dir: Path | None = None  # for inductor's compile cache
+
+
+def wants_compile(setting: str, lm: LoadedModel) -> bool:
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"compile must be auto, on or off, got {setting!r}")
+    if setting == "auto":
+        return lm.device.type == "cpu" and lm.weights.format != "float32"
+    return setting == "on"
 
 
 def pool_capacity(lm: LoadedModel, cfg: EngineConfig, shape: KVShape) -> int:
@@ -74,6 +88,22 @@ class EngineCore:
             cache_enabled=cfg.radix_cache,
         )
         self.runner = ModelRunner(lm.model, self.pool, self.table)
+        self.decode_state = "off"
+        if wants_compile(cfg.compile, lm):
+            why = compile_unavailable(lm.model, lm.device) or (
+                "no cache directory" if cfg.cache_dir is None else None
+            )
+            if why is None:
+                assert cfg.cache_dir is not None
+                spec = BuildSpec(
+                    str(lm.path),
+                    str(lm.dtype).removeprefix("torch."),
+                    lm.weights.as_json(),
+                    stream_ranges(lm.weights.tables, cfg.max_running_requests),
+                )
+                self.runner.decode_graphs = DecodeGraphs(lm.model, spec, cfg.cache_dir)
+            else:
+                self.decode_state = f"failed: {why}"
         self.sampler = Sampler(lm.vocab_size, set(lm.eos_ids))
         self._backend_tokenizer = getattr(lm.tokenizer, "backend_tokenizer", None)
         self._rids = itertools.count(1)
@@ -205,6 +235,27 @@ class EngineCore:
         tail = req.detok.flush() if req.detok is not None else ""
         assert req.finish_reason is not None
         return FinishEvent(req.finish_reason, tail, req.usage(), ttft, tps, req.error)
+
+    def set_busy(self, busy: bool) -> None:
+        """The serving loop says whether it has work; background compiling runs only while it has none, and
+        an idle engine picks up finished graphs (the loop calls this every ``idle_wait_s`` while idle)."""
+        graphs = self.runner.decode_graphs
+        if graphs is not None:
+            graphs.hold_builder(busy)
+            if not busy and graphs.state == "compiling":
+                graphs.poll()
+
+    @property
+    def idle_wait_s(self) -> float | None:
+        """How long the idle serving loop may sleep before calling ``set_busy(False)`` again (None: forever)."""
+        graphs = self.runner.decode_graphs
+        return POLL_S if graphs is not None and graphs.state == "compiling" else None
+
+    @property
+    def decode_compiled(self) -> str:
+        """The compiled decode step: "off", "compiling", "ready" or "failed: <why>"."""
+        graphs = self.runner.decode_graphs
+        return graphs.state if graphs is not None else self.decode_state
 
     def check_integrity(self) -> None:
         self.scheduler.check_integrity()

@@ -37,6 +37,7 @@ from radixchat.engine.request import (
     Usage,
 )
 from radixchat.engine.stats import EngineStats, LastRequest, TreeNodeView
+from radixchat.engine.weights import describe_weights
 from radixchat.errors import EngineStoppedError
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ class Engine:
                 settings.model,
                 device=settings.device,
                 dtype=settings.dtype,
+                weights=settings.weights,
                 cache_dir=settings.cache_dir,
                 progress=progress,
             ),
@@ -266,10 +268,12 @@ class Engine:
                 while not (
                     self._jobs or self._inbox or self._stopping or (core is not None and core.has_work)
                 ):
+                    if core is not None:
+                        core.set_busy(False)
                     if core is not None and core.cfg.debug:
                         with self._state_lock:
                             core.check_integrity()
-                    self._cv.wait()
+                    self._cv.wait(core.idle_wait_s if core is not None else None)
                 jobs, self._jobs = self._jobs, []
                 inbox, self._inbox = self._inbox, []
                 stopping = self._stopping
@@ -290,9 +294,11 @@ class Engine:
                     req.cancelled = True
                 core.add(req)
             if stopping and not core.has_work:
+                core.set_busy(False)
                 return
             if not core.has_work:
                 continue
+            core.set_busy(True)
             started = time.perf_counter()
             try:
                 with self._state_lock:
@@ -367,6 +373,8 @@ class Engine:
             model=self.loaded.name,
             device=str(dev),
             dtype=str(self.loaded.dtype).removeprefix("torch."),
+            weights=describe_weights(self.loaded.weights),
+            decode_compiled=core.decode_compiled,
             bytes_per_token=pool.shape.bytes_per_token,
             device_allocated=allocated,
             device_reserved=reserved,
@@ -411,6 +419,8 @@ def engine_config(settings) -> EngineConfig:  # noqa: ANN001
         schedule_policy=settings.schedule_policy,
         radix_cache=settings.radix_cache,
         debug=settings.debug,
+        compile=settings.compile,
+        cache_dir=settings.cache_dir,
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from radixchat.engine.attention import AttentionBatch, ExtendSeq
+from radixchat.engine.decode_graph import DecodeGraphs
 from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
 from radixchat.engine.request import Request
 
@@ -40,6 +41,7 @@ class ModelRunner:
         self.pool = pool
         self.table = table
         self.device = pool.device
+        self.decode_graphs: DecodeGraphs | None = None  # compiled pure-decode steps, once built
 
     def build_metadata(self, batch: ScheduledBatch) -> tuple[AttentionBatch, torch.Tensor, torch.Tensor]:
         dev = self.device
@@ -78,7 +80,26 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, batch: ScheduledBatch) -> torch.Tensor:
         """Run the batch; return float32 logits ``[n_sampling, vocab]`` in request order."""
-        meta, pos_t, _ = self.build_metadata(batch)
+        meta, pos_t, out_slots = self.build_metadata(batch)
+        graphs = self.decode_graphs
+        graph = (
+            graphs.lookup(batch.n_decode)
+            if graphs is not None and batch.n_decode == len(batch.reqs)
+            else None
+        )
+        if graph is not None:
+            input_ids = torch.tensor(batch.input_ids, dtype=torch.int64, device=self.device)[None]
+            assert meta.decode_slots is not None and meta.decode_lens is not None
+            logits = graph(
+                input_ids,
+                pos_t[None],
+                out_slots,
+                meta.decode_slots,
+                meta.decode_lens,
+                self.pool.k,
+                self.pool.v,
+            )
+            return logits[0].float()
         keep: list[int] = []
         offset = 0
         for n, samples in zip(batch.num_new, batch.samples):

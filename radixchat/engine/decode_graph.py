@@ -1,0 +1,433 @@
+"""The decode step as compiled code: the eager per-op cost of a small model, removed.
+
+A decode step of a 135M model runs ~2,000 small eager ops (norms, RoPE, views, attention bookkeeping); on a
+CPU they cost as much as the matrix products. AOTInductor (``torch.export`` + inductor, ahead of time) turns
+the step into one C++ function. It covers pure-decode steps only (every request feeds one token; steps with
+prefill chunks stay eager) in two graphs: one stream, and 2..N streams, where N is the largest batch for
+which the weights plan keeps the same kernels (a kernel switch is a shape guard the export cannot span).
+Context length and pool size are dynamic.
+
+Compiling costs minutes of CPU, so it never happens in the serving process: at first start on a machine, the
+engine starts a background process (niced, one thread) that loads the same model and weights plan, exports
+and compiles the graphs into ``<cache_dir>/compiled/<key>/``, and exits. Until the graphs exist, decoding
+runs eager; the engine picks them up between steps and from then on, and at every later start, loads them in
+well under a second. The packages hold code only: the model's own tensors are handed to them at load time
+(user-managed constants), so nothing is copied and nothing big is written to disk. The key covers everything
+the compiled code depends on (model files, dtype, weights plan, torch and transformers versions, CPU, and
+the source of the modules traced), so a stale graph is never loaded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from radixchat.engine.attention import AttentionBatch
+
+log = logging.getLogger(__name__)
+
+POLL_S = 2.0  # how often a serving engine looks for graphs a builder has finished
+MAX_CONTEXT_DIM = 1 << 20
+MAX_SLOTS_DIM = 1 << 31
+
+
+class _PoolView:
+    """What the attention function reads of a pool: per-layer K and V tensors."""
+
+    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor]) -> None:
+        self.k, self.v = k, v
+
+
+class DecodeStep(nn.Module):
+    """One pure-decode forward as a function of tensors only (what gets exported)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [1, B]
+        positions: torch.Tensor,  # [1, B]
+        out_slots: torch.Tensor,  # [B]
+        decode_slots: torch.Tensor,  # [B, L]
+        decode_lens: torch.Tensor,  # [B]
+        k: list[torch.Tensor],
+        v: list[torch.Tensor],
+    ) -> torch.Tensor:
+        streams = input_ids.shape[1]
+        meta = AttentionBatch(
+            pool=_PoolView(k, v),  # type: ignore[arg-type]
+            out_slots=out_slots,
+            n_decode=streams,
+            decode_slots=decode_slots,
+            decode_lens=decode_lens,
+            decode_uniform=streams == 1,  # several streams: always masked, so one graph serves them all
+        )
+        return self.model(input_ids=input_ids, position_ids=positions, use_cache=False, radix=meta).logits
+
+
+def compile_unavailable(model: nn.Module, device: torch.device) -> str | None:
+    """Why the decode step cannot be compiled here (None: it can)."""
+    if device.type != "cpu":
+        return "the compiled decode step is built for the CPU only"
+    if getattr(model.config, "sliding_window", None) and getattr(model.config, "use_sliding_window", True):
+        return "sliding-window attention makes the context length a guard"
+    if not any(shutil.which(c) for c in (os.environ.get("CXX") or "g++", "g++", "c++")):
+        return "no C++ compiler (g++) for inductor"
+    return None
+
+
+def stream_ranges(plan_tables: dict[str, Any], max_streams: int) -> list[tuple[int, int]]:
+    """One stream, then 2..N streams while every table keeps its first kernel (at most ``max_streams``)."""
+    bound = min((rows[0][0] for rows in plan_tables.values()), default=max_streams)
+    hi = min(bound, max_streams)
+    return [(1, 1)] + ([(2, hi)] if hi >= 2 else [])
+
+
+def _source_digest() -> str:
+    """The code the graphs were traced through: ours and the transformers version."""
+    import transformers
+
+    from radixchat.engine import attention, weights
+
+    h = hashlib.sha256()
+    for mod in (attention, weights, sys.modules[__name__]):
+        h.update(Path(mod.__file__).read_bytes())
+    h.update(transformers.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+def _model_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(path.glob("*")):
+        if f.is_file() and f.suffix in (".safetensors", ".json"):
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSpec:
+    """Everything a builder process needs to rebuild the same model and graphs."""
+
+    model_path: str
+    dtype: str
+    plan: dict[str, Any]  # WeightsPlan.as_json()
+    ranges: list[tuple[int, int]]
+
+    @property
+    def key(self) -> str:
+        from radixchat.machine import cpu_name
+
+        parts = json.dumps(
+            [
+                _model_digest(Path(self.model_path)),
+                self.dtype,
+                self.plan,
+                self.ranges,
+                torch.__version__,
+                cpu_name(),
+                _source_digest(),
+            ],
+            sort_keys=True,
+        )
+        return hashlib.sha256(parts.encode()).hexdigest()[:20]
+
+
+def package_name(lo: int, hi: int) -> str:
+    return f"decode-{lo}-{hi}.pt2"
+
+
+class DecodeGraphs:
+    """The compiled decode graphs of one engine: loaded if built, else built by a background process."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        spec: BuildSpec,
+        cache_dir: Path,
+        *,
+        build: bool = True,
+    ) -> None:
+        self.step = DecodeStep(model)
+        self.spec = spec
+        self.dir = cache_dir / "compiled" / spec.key
+        self.state = "compiling"
+        self._graphs: dict[tuple[int, int], Any] = {}
+        self._next_poll = 0.0
+        self._constants: dict[str, torch.Tensor] | None = None
+        self._builder: subprocess.Popen | None = None
+        self._held = False
+        self.poll(force=True)
+        if self.state == "compiling" and build:
+            self._start_builder(cache_dir)
+
+    # -- serving --------------------------------------------------------------------------------------
+
+    def lookup(self, streams: int) -> Any | None:
+        if self.state == "compiling":
+            self.poll()
+        for (lo, hi), graph in self._graphs.items():
+            if lo <= streams <= hi:
+                return graph
+        return None
+
+    def poll(self, force: bool = False) -> None:
+        """Load graphs that a builder has finished (cheap: a few stat calls, at most every POLL_S)."""
+        now = time.monotonic()
+        if not force and now < self._next_poll:
+            return
+        self._next_poll = now + POLL_S
+        failed = self.dir / "failed.txt"
+        if failed.is_file():
+            self.state = "failed: " + failed.read_text(errors="replace").strip().splitlines()[0][:200]
+            return
+        for lo, hi in self.spec.ranges:
+            path = self.dir / package_name(lo, hi)
+            if (lo, hi) not in self._graphs and path.is_file():
+                try:
+                    self._graphs[(lo, hi)] = self._load(path)
+                except Exception as exc:  # a damaged package: say so, and keep decoding eager
+                    self.state = f"failed: cannot load {path.name}: {type(exc).__name__}: {exc}"[:240]
+                    log.warning("%s", self.state)
+                    return
+        if len(self._graphs) == len(self.spec.ranges):
+            self.state = "ready"
+        elif self._builder is not None and self._builder.poll() not in (None, 0):
+            self.state = f"failed: the builder process exited with {self._builder.returncode}"
+
+    def _load(self, path: Path) -> Any:
+        from safetensors.torch import load_file
+
+        graph = torch._inductor.aoti_load_package(str(path))
+        if self._constants is None:
+            # remove_duplicate=False: a tied LM head is one tensor under two names, and the graph asks for both.
+            self._constants = {
+                **dict(self.step.named_parameters(remove_duplicate=False)),
+                **dict(self.step.named_buffers(remove_duplicate=False)),
+            }
+        # Tensors the trace lifted that are neither parameters nor buffers (small: RoPE frequencies, say).
+        lifted = load_file(str(path.with_suffix(".constants.safetensors")))
+        constants = {**self._constants, **lifted}
+        graph.load_constants(
+            {name: constants[name] for name in graph.get_constant_fqns()},
+            check_full_update=True,
+            user_managed=True,
+        )
+        return graph
+
+    def hold_builder(self, busy: bool) -> None:
+        """Pause our builder while the engine has work, and let it go on when the engine is idle.
+
+        With two cores, a compiler running beside a decode step (even niced) stalls the step's OpenMP
+        threads, which spin-wait for each other: decode fell from ~50 to ~1 token/s. A chat engine is idle
+        most of the time, so the build still finishes in a few minutes of wall time."""
+        builder = self._builder
+        if builder is None or busy == self._held:
+            return
+        if builder.poll() is not None:
+            self._builder = None
+            return
+        try:
+            os.killpg(builder.pid, signal.SIGSTOP if busy else signal.SIGCONT)  # its compiler children too
+            self._held = busy
+        except OSError:
+            self._builder = None
+
+    def close(self) -> None:
+        """Never leave a paused builder behind: it goes on (and finishes) after the engine is gone."""
+        self.hold_builder(False)
+
+    def _start_builder(self, cache_dir: Path) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        lock = self.dir / "building.pid"
+        try:
+            pid = int(lock.read_text())
+            os.kill(pid, 0)
+            os.killpg(pid, signal.SIGCONT)  # in case an engine that paused it died without letting it go
+            return  # another process is building these graphs already
+        except (OSError, ValueError):
+            pass
+        spec_file = self.dir / "spec.json"
+        spec_file.write_text(json.dumps({"spec": _spec_dict(self.spec), "cache_dir": str(cache_dir)}))
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+        }
+        with open(self.dir / "build.log", "ab") as logf:
+            self._builder = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from radixchat.engine.decode_graph import main; "
+                    "sys.exit(main(sys.argv[1:]))",
+                    str(spec_file),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # outlives a Ctrl-C of the app: the next start finds the graphs
+                preexec_fn=_be_nice,
+            )
+        lock.write_text(str(self._builder.pid))
+        atexit.register(self.close)
+        log.info("building the compiled decode step in the background (pid %d)", self._builder.pid)
+
+
+def _be_nice() -> None:
+    os.nice(19)
+
+
+def _spec_dict(spec: BuildSpec) -> dict[str, Any]:
+    return {"model_path": spec.model_path, "dtype": spec.dtype, "plan": spec.plan, "ranges": spec.ranges}
+
+
+# -- the builder process ----------------------------------------------------------------------------------
+
+
+def _example(streams: int, lm: Any) -> tuple[Any, ...]:
+    slots = 8
+    shape = (slots, lm.num_kv_heads, lm.head_dim)
+    k = [torch.zeros(shape, dtype=lm.dtype) for _ in range(lm.num_layers)]
+    v = [torch.zeros(shape, dtype=lm.dtype) for _ in range(lm.num_layers)]
+    ids = torch.zeros((1, streams), dtype=torch.int64)
+    return (
+        ids,
+        torch.full((1, streams), 3, dtype=torch.int64),
+        torch.full((streams,), 3, dtype=torch.int64),
+        torch.arange(4, dtype=torch.int64).repeat(streams, 1),
+        torch.full((streams,), 4, dtype=torch.int64),
+        k,
+        v,
+    )
+
+
+def build(spec: BuildSpec, out_dir: Path, cache_dir: Path) -> None:
+    """Load the model of ``spec`` as the serving engine does, and compile its graphs (the builder process)."""
+    from radixchat.engine.loader import load_model
+    from radixchat.engine.weights import WeightsPlan, install_plan
+
+    lm = load_model(spec.model_path, device="cpu", dtype=spec.dtype, weights="float32", cache_dir=cache_dir)
+    install_plan(lm.model, WeightsPlan.from_json(spec.plan))
+    compile_graphs(lm.model, spec.ranges, out_dir)
+
+
+def compile_graphs(model: nn.Module, ranges: list[tuple[int, int]], out_dir: Path) -> None:
+    """Export and compile one graph per stream range of ``model`` (weights plan installed) into ``out_dir``."""
+    from safetensors.torch import save_file
+    from torch.export import Dim
+
+    from radixchat.engine.kv_pool import KVShape
+
+    config = model.config
+    heads = config.num_attention_heads
+    lm = KVShape(
+        config.num_hidden_layers,
+        getattr(config, "num_key_value_heads", None) or heads,
+        getattr(config, "head_dim", None) or config.hidden_size // heads,
+        next(model.parameters()).dtype,
+    )
+    step = DecodeStep(model).eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = Dim("context", min=2, max=MAX_CONTEXT_DIM)
+    pool = Dim("slots", min=2, max=MAX_SLOTS_DIM)
+    pools = [{0: pool}] * lm.num_layers
+    with torch.inference_mode():
+        for lo, hi in ranges:
+            target = out_dir / package_name(lo, hi)
+            if target.is_file():
+                continue
+            if lo == hi:
+                s: Any = {}
+                dims = ({}, {}, {}, {1: ctx}, {}, pools, pools)
+            else:
+                s = Dim("streams", min=lo, max=hi)
+                dims = ({1: s}, {1: s}, {0: s}, {0: s, 1: ctx}, {0: s}, pools, pools)
+            started = time.perf_counter()
+            program = torch.export.export(step, _example(lo, lm), dynamic_shapes=dims, strict=False)
+            tmp = out_dir / f".tmp-{os.getpid()}-{target.name}"  # inductor wants a name ending in .pt2
+            with _recording_inductor_constants() as made:
+                torch._inductor.aoti_compile_and_package(
+                    program,
+                    package_path=str(tmp),
+                    inductor_configs={"aot_inductor.package_constants_in_so": False},
+                )
+            # The package holds code only; parameters and buffers come from the serving model. The few small
+            # tensors the export lifted (RoPE frequencies) or inductor made (int4 group sizes) are saved beside
+            # it, written first: the package's appearance tells a serving engine the graph is complete.
+            lifted = {name: t for name, t in program.constants.items() if isinstance(t, torch.Tensor)}
+            lifted |= made
+            constants_tmp = out_dir / f".tmp-{os.getpid()}-constants"
+            save_file({name: t.detach().contiguous() for name, t in lifted.items()}, str(constants_tmp))
+            os.replace(constants_tmp, target.with_suffix(".constants.safetensors"))
+            os.replace(tmp, target)
+            print(f"built {target.name} in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+class _recording_inductor_constants:
+    """Record the tensor constants inductor creates while lowering (names like ``constant12``), which a
+    package built without its constants needs at load time. Only ever used in the builder process."""
+
+    def __enter__(self) -> dict[str, torch.Tensor]:
+        from torch._inductor.graph import GraphLowering
+
+        self._orig = orig = GraphLowering.allocate_non_dup_const_name
+        made: dict[str, torch.Tensor] = {}
+
+        def record(graph: Any, name: str | None, data: torch.Tensor) -> str:
+            new = orig(graph, name, data)
+            if name is None and isinstance(data, torch.Tensor):
+                made[new] = data
+            return new
+
+        GraphLowering.allocate_non_dup_const_name = record  # type: ignore[method-assign]
+        return made
+
+    def __exit__(self, *exc: object) -> None:
+        from torch._inductor.graph import GraphLowering
+
+        GraphLowering.allocate_non_dup_const_name = self._orig  # type: ignore[method-assign]
+
+
+def main(argv: list[str]) -> int:
+    spec_file = Path(argv[0])
+    data = json.loads(spec_file.read_text())
+    raw = data["spec"]
+    spec = BuildSpec(raw["model_path"], raw["dtype"], raw["plan"], [tuple(r) for r in raw["ranges"]])
+    out_dir = spec_file.parent
+    torch.set_num_threads(1)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    try:
+        build(spec, out_dir, Path(data["cache_dir"]))
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        (out_dir / "failed.txt").write_text(reason[:500] + "\n")
+        print(f"failed: {reason}", flush=True)
+        return 1
+    finally:
+        (out_dir / "building.pid").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
