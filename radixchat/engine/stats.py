@@ -54,6 +54,14 @@ class EngineStats:
     tree_version: int
     tree: tuple[TreeNodeView, ...] = field(default=())
     last_request: LastRequest | None = None
+    # how the linear layers store their weights, and which kernel serves which rows:
+    # "int4 (layers int4≤16 bfloat16, head float16)"; "float32" is the exact path
+    weights: str = "float32"
+    decode_compiled: str = "off"  # the compiled decode step: "off", "compiling", "ready" or "failed: <why>"
+
+    @property
+    def weights_format(self) -> str:
+        return self.weights.split(" ", 1)[0]
 
     @property
     def hit_rate(self) -> float:

