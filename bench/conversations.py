@@ -10,7 +10,7 @@ import time
 import warnings
 
 from bench.common import Models, Report, hf_generate, isolated, long_text, median
-from radixchat.chat.backend import LocalBackend
+from radixchat.chat.local import LocalBackend
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
 TOPICS = ["rivers", "bread", "comets", "chess", "bees", "glass", "tides", "maps"]

@@ -20,11 +20,8 @@ from textual.widgets import Footer
 from radixchat.chat.session import SessionFile, load_session, session_path
 from radixchat.config import Settings
 from radixchat.errors import RadixchatError
-from radixchat.tui.backend import (
-    BackendFactory,
-    load_backend,
-    start_backend,
-)
+from radixchat.exit_codes import ExitCode
+from radixchat.tui.backend import BackendFactory, load_backend
 from radixchat.tui.chat_actions import ChatActions
 from radixchat.tui.commands import ChatCommands
 from radixchat.tui.keymap import binding_groups, check_keymap
@@ -47,7 +44,6 @@ from radixchat.tui.widgets.welcome import Welcome
 
 NARROW = 110  # columns below which the side panel hides itself
 MIN_PANELS = 80  # columns below which it cannot be shown at all (it is 44 wide; the chat needs the rest)
-EXIT_MODEL = 3  # as the CLI: the model failed to load
 
 
 class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
@@ -161,7 +157,7 @@ class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
         return Welcome(
             self.backend.model_name if self.backend else self.settings.model,
             self.load_status,
-            error=self.return_code_on_quit == EXIT_MODEL,
+            error=self.return_code_on_quit == ExitCode.MODEL,
         )
 
     def set_load_status(self, text: str, error: bool = False) -> None:
@@ -250,13 +246,13 @@ class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
         self.set_load_status(event.text)
 
     def on_engine_failed(self, event: EngineFailed) -> None:
-        self.return_code_on_quit = EXIT_MODEL
+        self.return_code_on_quit = ExitCode.MODEL
         self.set_load_status(f"the model failed to load: {event.error} — Ctrl+Q quits", error=True)
         self.notify(event.error, title="Model failed to load", severity="error", timeout=30)
 
     async def on_engine_ready(self, event: EngineReady) -> None:
         backend = event.backend
-        await start_backend(backend)
+        await backend.start()
         self.backend = backend
         self.state.model = backend.model_name
         self.set_load_status(f"ready · {backend.model_name}")
@@ -309,10 +305,10 @@ class RadixChatApp(ChatActions, ToolActions, SessionActions, App[int]):
             s = self.state
             panels.first().show_remote(
                 RemoteView(
-                    getattr(backend, "base_url", "the server"),
+                    backend.base_url or "the server",
                     backend.model_name,
-                    getattr(backend, "cache_tree_note", "The KV cache tree lives on the server."),
-                    getattr(backend, "totals", None),
+                    backend.cache_tree_note or "The KV cache tree lives on the server.",
+                    backend.totals(),
                     list(s.hit_history),
                     s.last_hit,
                     *s.last_speed,

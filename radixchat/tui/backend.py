@@ -3,7 +3,7 @@
 The app never imports the engine (and so torch) at module level: ``load_backend``
 (``radixchat.chat.loading``) runs in a thread worker and imports it there, so the window is up and
 typeable while torch and the model load. Tests inject any ``BackendFactory``; a backend implements
-``radixchat.chat.backend.ChatBackend`` and may have ``warm(ids)`` and an ``engine`` to start.
+``radixchat.chat.backend.ChatBackend``.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from radixchat.chat.loading import Progress, load_backend, start_backend
+from radixchat.chat.loading import Progress, load_backend
 
-__all__ = ["BackendFactory", "load_backend", "start_backend"]
+__all__ = ["BackendFactory", "load_backend"]
 
 if TYPE_CHECKING:
     from radixchat.chat.backend import ChatBackend
@@ -34,14 +34,11 @@ def warm_ids(conv: Conversation) -> list[int]:
     return conv.fmt.encode(conv.fmt.render(conv.messages, add_generation_prompt=False, tools=conv.tools))
 
 
-def warm(backend: Any, conv: Conversation) -> int:
+def warm(backend: ChatBackend, conv: Conversation) -> int:
     """Prefill an opened conversation's history in the background. Returns the tokens asked for."""
-    fn = getattr(backend, "warm", None)
-    if fn is None:
-        return 0
     ids = warm_ids(conv)
     if len(ids) > 1:
-        fn(ids)
+        backend.warm(ids)
     return len(ids)
 
 

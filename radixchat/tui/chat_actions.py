@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
+from radixchat.chat.backend import grammar_for
 from radixchat.chat.conversation import Message
-from radixchat.chat.modes import MODES, Mode, ModeError, grammar_for
+from radixchat.chat.modes import MODES, Mode, ModeError
+from radixchat.chat.usage import decorate_footer
 from radixchat.errors import RadixchatError
 from radixchat.tui.backend import make_params
 from radixchat.tui.messages import EditRequested, PromptSubmitted, RegenerateRequested, TurnFinished
@@ -21,7 +23,7 @@ from radixchat.tui.screens.branches import BranchesScreen
 from radixchat.tui.screens.schema import SchemaScreen
 from radixchat.tui.state import ensure_prompt
 from radixchat.tui.tool_actions import declare_tools
-from radixchat.tui.widgets.assistant_message import AssistantMessage, decorate_footer
+from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.user_message import UserMessage
 
 if TYPE_CHECKING:

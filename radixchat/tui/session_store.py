@@ -13,9 +13,10 @@ from datetime import datetime
 from pathlib import Path
 
 from radixchat.chat.session import SessionFile, atomic_write_text, load_session, save_session, session_path
+from radixchat.chat.usage import footer_from_meta
 from radixchat.errors import SessionError
-from radixchat.tui.tools import call_signature, strip_calls
-from radixchat.tui.widgets.assistant_message import footer_from_meta
+from radixchat.tool_format import strip_tool_calls
+from radixchat.tui.tools import call_signature
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ def session_markdown(session: SessionFile) -> str:
             continue
         title = {"user": "User", "assistant": "Assistant", "tool": f"Tool {m.name or ''}".strip()}[m.role]
         if m.role == "assistant" and m.tool_calls:
-            text = strip_calls(m.content)
+            text = strip_tool_calls(m.content)
             calls = [f"- calls `{call_signature(c['name'], c['arguments'], 200)}`" for c in m.tool_calls]
             lines += [f"## {title}", "", *([text, ""] if text else []), *calls, ""]
         elif m.role == "tool":

@@ -17,13 +17,15 @@ from textual import work
 from textual.css.query import NoMatches
 
 from radixchat.chat.conversation import Conversation, Message
+from radixchat.chat.usage import decorate_footer
 from radixchat.errors import RadixchatError
+from radixchat.tool_format import tool_call_dicts
 from radixchat.tui.backend import make_params
 from radixchat.tui.messages import TurnFinished
 from radixchat.tui.screens.consent import ConsentScreen
 from radixchat.tui.screens.tools import ToolSetup, ToolsScreen
-from radixchat.tui.tools import choice_label, command_of, offered, parse_calls
-from radixchat.tui.widgets.assistant_message import AssistantMessage, decorate_footer
+from radixchat.tui.tools import choice_label, command_of, offered
+from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.note import Note
 from radixchat.tui.widgets.user_message import UserMessage
 
@@ -181,7 +183,7 @@ class ToolActions(_Base):
             msg.meta["mode"] = "tool"
             calls = msg.tool_calls
             if calls is None and result.finish_reason == "stop":
-                calls = parse_calls(msg.content)  # what run_tool_turn will find and run
+                calls = tool_call_dicts(msg.content)  # what run_tool_turn will find and run
             footer = decorate_footer(
                 result.footer(), result.finish_reason, result.error, bool(msg.meta.get("partial"))
             )

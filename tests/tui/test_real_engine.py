@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from radixchat.chat.backend import LocalBackend
+from radixchat.chat.local import LocalBackend
 from radixchat.config import Settings
 from radixchat.engine import Engine, EngineConfig
 from radixchat.tui.app import RadixChatApp

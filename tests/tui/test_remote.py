@@ -3,8 +3,8 @@ that breaks mid-reply, and panels fed from ``backend.totals`` instead of engine 
 
 from __future__ import annotations
 
+from radixchat.chat.usage import footer_from_meta
 from radixchat.tui.state import ChatState
-from radixchat.tui.widgets.assistant_message import footer_from_meta
 from radixchat.tui.widgets.cache_tree import CacheTree
 from tests.tui.conftest import TERMINAL, FakeRemoteBackend, ready, say
 

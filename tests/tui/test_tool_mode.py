@@ -10,9 +10,10 @@ import pytest
 import radixchat.tui.screens.consent as consent_screen
 from radixchat.chat.session import load_session, session_path
 from radixchat.config import UserToolConfig
+from radixchat.tool_format import strip_tool_calls
 from radixchat.tui.screens.consent import ConsentScreen
 from radixchat.tui.screens.tools import ToolsScreen
-from radixchat.tui.tools import CallFilter, strip_calls
+from radixchat.tui.tools import CallFilter
 from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 from tests.tui.conftest import (
@@ -274,24 +275,7 @@ def test_the_call_filter_holds_call_blocks_out_of_streamed_text():
     text = 'Let me check.<tool_call>\n{"name": "x"}\n</tool_call> Done <tool'
     shown = "".join(f.feed(text[i : i + 3]) for i in range(0, len(text), 3)) + f.flush()
     assert shown == "Let me check. Done <tool" and f.calls == 1
-    assert strip_calls(tool_call_text("x", {}) + "\n\nok") == "ok"
-
-
-def test_the_apps_call_parsing_matches_the_grammar_layers():
-    from radixchat.grammar import parse_tool_calls
-    from radixchat.tui.tools import parse_calls
-
-    texts = [
-        tool_call_text("a", {"x": 1}),
-        'hi <tool_call>\n{"name": "b", "arguments": "{\\"y\\": 2}"}\n</tool_call> bye',
-        "<tool_call>{not json}</tool_call>",
-        '<tool_call>{"arguments": {}}</tool_call>',
-        "plain text",
-        tool_call_text("a", {}) + tool_call_text("c", {"z": [1]}),
-    ]
-    for text in texts:
-        parsed = parse_tool_calls(text)
-        assert parse_calls(text) == [dict(c) for c in parsed.calls] and strip_calls(text) == parsed.content
+    assert strip_tool_calls(tool_call_text("x", {}) + "\n\nok") == "ok"
 
 
 async def test_a_user_tool_clashing_with_a_built_in_is_reported_and_the_built_ins_stay(make_app, settings):

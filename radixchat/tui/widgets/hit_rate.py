@@ -43,7 +43,7 @@ class HitRatePanel(Vertical):
         self._sparkline(recent)
 
     def show_remote(self, view: RemoteView) -> None:
-        """The server's own reports, summed by the backend (``RemoteTotals``); unknown stays unknown."""
+        """The server's own reports, summed by the backend (``UsageTotals``); unknown stays unknown."""
         totals = view.totals
         overall = totals.hit_rate if totals is not None else None
         lines = [

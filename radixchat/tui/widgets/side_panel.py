@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -17,6 +17,7 @@ from radixchat.tui.widgets.memory import MemoryPanel
 from radixchat.tui.widgets.speed import SpeedPanel
 
 if TYPE_CHECKING:
+    from radixchat.chat.usage import UsageTotals
     from radixchat.engine.stats import EngineStats
 
 
@@ -27,7 +28,7 @@ class RemoteView:
     server: str
     model: str
     tree_note: str
-    totals: Any = None  # RemoteTotals: turns, prompt/cached/completion tokens, hit_rate (None: unknown)
+    totals: UsageTotals | None = None  # turns, prompt/cached/completion tokens, hit_rate (None: unknown)
     recent: Sequence[float] = ()
     last_hit: float | None = None
     ttft_ms: float | None = None
