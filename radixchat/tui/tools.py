@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from radixchat.chat.session_state import ToolChoice
 from radixchat.chat.tools import Tool, ToolRegistry
 from radixchat.errors import RadixchatError
 from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN
@@ -18,7 +19,6 @@ from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN
 if TYPE_CHECKING:
     from radixchat.config import Settings
 
-ToolChoice = str | dict[str, Any]  # "auto" | "required" | "none" | {"name": TOOL}
 CHOICES = ("auto", "required", "none")
 
 

@@ -427,7 +427,7 @@ def burst(app: RadixChatApp, *keys: str) -> None:
 
 
 async def ready(app: RadixChatApp, pilot: Any) -> None:
-    await wait_until(lambda: app.backend is not None and app.state.conv is not None, pilot=pilot)
+    await wait_until(lambda: app.backend is not None and app.chat.state.conv is not None, pilot=pilot)
     await pilot.pause()
 
 
@@ -435,20 +435,20 @@ async def say_mid_reply(app: RadixChatApp, pilot: Any, fake: Any, text: str) -> 
     """Send ``text`` and return once its (long, gated) reply has streamed its first chunk, "ab"."""
     fake.script = Script(reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event())
     await say(app, pilot, text, wait=False)
-    await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
+    await wait_until(lambda: app.chat.reply_view is not None and app.chat.reply_view.streamed, pilot=pilot)
 
 
 async def say(app: RadixChatApp, pilot: Any, text: str, wait: bool = True, timeout: float = 30.0) -> None:
     """Type ``text`` into the prompt, press Enter, and (by default) wait until the turn is fully handled."""
-    app.prompt.focus()
-    app.prompt.load_text(text)
-    done = app.turns_finished
+    app.chat.prompt.focus()
+    app.chat.prompt.load_text(text)
+    done = app.chat.turns_finished
     await pilot.press("enter")
     if wait:
         await turn_done(app, pilot, done, timeout)
 
 
 async def turn_done(app: RadixChatApp, pilot: Any, before: int, timeout: float = 30.0) -> None:
-    """Wait until a reply started after ``app.turns_finished`` was ``before`` is rendered and saved."""
-    await wait_until(lambda: app.turns_finished > before, timeout=timeout, pilot=pilot)
+    """Wait until a reply started after ``app.chat.turns_finished`` was ``before`` is rendered and saved."""
+    await wait_until(lambda: app.chat.turns_finished > before, timeout=timeout, pilot=pilot)
     await pilot.pause()

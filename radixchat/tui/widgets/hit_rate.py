@@ -13,7 +13,7 @@ from radixchat.tui.widgets.format import bar, percent
 
 if TYPE_CHECKING:
     from radixchat.engine.stats import EngineStats
-    from radixchat.tui.widgets.side_panel import RemoteView
+    from radixchat.tui.widgets.remote_view import RemoteView
 
 NOT_REPORTED = (
     "the server reports no cached tokens\n"
