@@ -1,4 +1,4 @@
-"""How the app gets a backend, and the few calls it makes on one besides the chat protocol.
+"""How the app gets a backend, warms it with an opened session, and makes a reply's sampling parameters.
 
 The app never imports the engine (and so torch) at module level: ``load_backend``
 (``radixchat.chat.loading``) runs in a thread worker and imports it there, so the window is up and
@@ -9,17 +9,18 @@ typeable while torch and the model load. Tests inject any ``BackendFactory``; a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from radixchat.chat.backend import ChatBackend, sampling_params
 from radixchat.chat.loading import Progress, load_backend
 
-__all__ = ["BackendFactory", "load_backend"]
+__all__ = ["BackendFactory", "load_backend", "make_params", "warm"]
 
 if TYPE_CHECKING:
-    from radixchat.chat.backend import ChatBackend
     from radixchat.chat.conversation import Conversation
     from radixchat.chat.session import SamplingSettings
     from radixchat.config import Settings
+    from radixchat.sampling import SamplingParams
 
 BackendFactory = Callable[["Settings", Progress], "ChatBackend"]
 
@@ -42,8 +43,6 @@ def warm(backend: ChatBackend, conv: Conversation) -> int:
     return len(ids)
 
 
-def make_params(settings: Settings, sampling: SamplingSettings) -> Any:
-    """SamplingParams: the settings' defaults under the session's overrides (engine already imported)."""
-    from radixchat.chat.backend import sampling_params
-
+def make_params(settings: Settings, sampling: SamplingSettings) -> SamplingParams:
+    """SamplingParams: the settings' defaults under the session's overrides."""
     return sampling_params(settings, **sampling.model_dump())

@@ -1,8 +1,8 @@
 """The chat screen's session actions: save (as), open, new chat, export, and the per-session settings
 (system prompt and sampling on F2, the offered tools and tool_choice on F4 in tool mode).
 
-``SessionControl`` works on a ``SessionHost`` (the chat screen) through the members the protocol names,
-so this module does not import the screen. Files are written by the host's ``SessionKeeper`` (atomic, one
+``SessionControl`` works on a ``SessionHost`` (the chat screen) through the members the protocol names
+(``tui/host.py``), so this module does not import the screen. Files are written by the host's ``SessionKeeper`` (atomic, one
 at a time, in a thread); a failed save is said in a notification, never lost silently.
 """
 
@@ -12,9 +12,10 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from radixchat.chat.session import SessionFile, load_session, session_path
+from radixchat.chat.session import SamplingSettings, SessionFile, load_session, session_path
 from radixchat.errors import SessionError
 from radixchat.tui.backend import warm
+from radixchat.tui.host import ChatHost
 from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
 from radixchat.tui.screens.sessions import SessionsScreen
 from radixchat.tui.screens.settings import FIELDS, SettingsScreen
@@ -25,49 +26,19 @@ from radixchat.tui.widgets.note import Note
 from radixchat.tui.widgets.prompt import PromptHistory
 
 if TYPE_CHECKING:
-    from textual.app import App
-    from textual.notifications import SeverityLevel
-
-    from radixchat.chat.backend import ChatBackend
     from radixchat.chat.modes import Mode
-    from radixchat.chat.tools import Tool, ToolRegistry
-    from radixchat.config import Settings
     from radixchat.tui.session_store import SessionKeeper
-    from radixchat.tui.state import ChatState
-    from radixchat.tui.widgets.prompt import PromptInput
-    from radixchat.tui.widgets.transcript import Transcript
     from radixchat.tui.widgets.welcome import Welcome
 
 
-class SessionHost(Protocol):
+class SessionHost(ChatHost, Protocol):
     """What the session actions use of the chat screen."""
 
-    app: App
-    settings: Settings
-    state: ChatState
     keeper: SessionKeeper
-    backend: ChatBackend | None
-    registry: ToolRegistry
     pending_session: SessionFile | None  # opened once the backend is ready
-    mode_problem: str | None
 
-    @property
-    def transcript(self) -> Transcript: ...
-    @property
-    def prompt(self) -> PromptInput: ...
     def welcome(self) -> Welcome: ...
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-    ) -> None: ...
-    def update_status(self, activity: str | None = None) -> None: ...
     def refresh_panels(self) -> None: ...
-    def offered_tools(self) -> list[Tool]: ...
-    def tool_declarations(self) -> list[dict[str, Any]]: ...
     async def probe_mode(self) -> None: ...
     async def action_set_mode(self, mode: Mode) -> None: ...
     async def stop_reply(self) -> None: ...
@@ -237,7 +208,7 @@ class SessionControl:
 
         host.app.push_screen(SettingsScreen(host.state.system_prompt, host.state.sampling, defaults), done)
 
-    async def apply_settings(self, system: str | None, sampling: Any) -> None:
+    async def apply_settings(self, system: str | None, sampling: SamplingSettings) -> None:
         host, s = self.host, self.host.state
         s.sampling = sampling
         if system != s.system_prompt:

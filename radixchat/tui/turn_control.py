@@ -1,9 +1,10 @@
 """The chat screen's turns: send, queue while loading, regenerate, edit into a branch, stop.
 
-``TurnControl`` works on a ``TurnHost`` (the chat screen) through the members the protocol names, so this
-module does not import the screen. It holds the reply in flight (``ReplyInFlight``): a plain turn's reply
-streams into a new assistant message; a tool turn runs through ``ToolTurnView``. Both run as the host's
-workers in the group ``reply`` and end by posting ``TurnFinished`` to the host.
+``TurnControl`` works on a ``TurnHost`` (the chat screen) through the members the protocol names
+(``tui/host.py``), so this module does not import the screen. It holds the reply in flight
+(``ReplyInFlight``): a plain turn's reply streams into a new assistant message; a tool turn runs through
+``ToolTurnView``. Both run as the host's workers in the group ``reply`` and end by posting
+``TurnFinished`` to the host.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from radixchat.chat.conversation import Conversation, Message
 from radixchat.errors import RadixchatError
 from radixchat.tui.backend import make_params
+from radixchat.tui.host import ChatHost
 from radixchat.tui.in_flight import ReplyInFlight
 from radixchat.tui.messages import TurnFinished
 from radixchat.tui.state import ensure_prompt
@@ -25,47 +27,22 @@ from radixchat.tui.widgets.user_message import UserMessage
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-    from textual.app import App
     from textual.message import Message as TextualMessage
-    from textual.notifications import SeverityLevel
     from textual.worker import Worker
 
-    from radixchat.chat.backend import ChatBackend, Constraint, Reply
-    from radixchat.chat.tools import Tool, ToolRegistry
-    from radixchat.config import Settings
-    from radixchat.tui.state import ChatState
-    from radixchat.tui.widgets.prompt import PromptInput
-    from radixchat.tui.widgets.transcript import Transcript
+    from radixchat.chat.backend import Constraint, Reply
 
 
-class TurnHost(Protocol):
+class TurnHost(ChatHost, Protocol):
     """What the turns use of the chat screen."""
 
-    app: App
-    settings: Settings
-    state: ChatState
-    backend: ChatBackend | None
-    registry: ToolRegistry
     load_status: str
     load_failed: bool
-    mode_problem: str | None
 
-    @property
-    def transcript(self) -> Transcript: ...
-    @property
-    def prompt(self) -> PromptInput: ...
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-    ) -> None: ...
-    def update_status(self, activity: str | None = None) -> None: ...
-    def offered_tools(self) -> list[Tool]: ...
-    def tool_declarations(self) -> list[dict[str, Any]]: ...
-    async def constraint(self) -> Constraint | str: ...
+    async def constraint(self) -> Constraint | str:
+        """The next reply's constraint in the current mode, or why the mode cannot be used."""
+        ...
+
     def run_worker(
         self, work: Coroutine[Any, Any, Any], *, group: str = "default", exit_on_error: bool = True
     ) -> Worker[Any]: ...
