@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 
 from radixchat.errors import RequestError
-from radixchat.sampling import SamplingParams  # noqa: F401  (a request's parameters; torch-free for the chat layer)
+from radixchat.sampling import SamplingParams  # torch-free, so the chat layer builds them without torch
 
 if TYPE_CHECKING:
     from radixchat.engine.radix_cache import TreeNode
