@@ -2,6 +2,7 @@
 
 from radixchat.engine.core import EngineConfig, EngineCore
 from radixchat.engine.engine import Completion, Engine, RequestHandle, engine_config
+from radixchat.engine.kvstore import KVLoadResult, KVSaveResult, KVStoreUsage, OwnerUsage
 from radixchat.engine.loader import LoadedModel, load_model
 from radixchat.engine.request import (
     Event,
@@ -23,7 +24,11 @@ __all__ = [
     "Event",
     "FinishEvent",
     "FinishReason",
+    "KVLoadResult",
+    "KVSaveResult",
+    "KVStoreUsage",
     "LoadedModel",
+    "OwnerUsage",
     "RequestHandle",
     "SamplingParams",
     "TokenEvent",

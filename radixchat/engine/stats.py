@@ -13,6 +13,7 @@ class TreeNodeView:
     snippet: str  # the start of the node's text
     locked: bool  # in use by a running request (not evictable)
     last_access: int
+    from_disk: bool = False  # its KV was loaded from the disk store (not computed in this run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,8 @@ class EngineStats:
     generated_tokens: int
     retractions: int
     evicted_tokens: int
+    kv_loaded_tokens: int  # KV loaded from the disk store (counted in cached_tokens when a request uses it)
+    kv_spilled_tokens: int  # KV written to the disk store as the pool evicted it
     steps: int
     # KV pool
     pool_capacity: int
