@@ -46,6 +46,8 @@ async def _radix(models: Models, system: str, cfg: EngineConfig) -> dict:
         prefilled=st.prompt_tokens - st.cached_tokens,
         retractions=st.retractions,
         evicted=st.evicted_tokens,
+        spilled=st.kv_spilled_tokens,
+        loaded=st.kv_loaded_tokens,
         overhead=1 - core.forward_s / core.step_s if core.step_s else float("nan"),
     )
 
@@ -74,6 +76,8 @@ def _generate_full_history(models: Models, system: str) -> dict:
         prefilled=prefilled,
         retractions=0,
         evicted=0,
+        spilled=0,
+        loaded=0,
         overhead=float("nan"),
     )
 

@@ -39,8 +39,6 @@ class EngineStats:
     generated_tokens: int
     retractions: int
     evicted_tokens: int
-    kv_loaded_tokens: int  # KV loaded from the disk store (counted in cached_tokens when a request uses it)
-    kv_spilled_tokens: int  # KV written to the disk store as the pool evicted it
     steps: int
     # KV pool
     pool_capacity: int
@@ -57,6 +55,9 @@ class EngineStats:
     tree_version: int
     tree: tuple[TreeNodeView, ...] = field(default=())
     last_request: LastRequest | None = None
+    # the KV store on disk (totals since start)
+    kv_loaded_tokens: int = 0  # loaded into the tree (a request using them counts them as cached)
+    kv_spilled_tokens: int = 0  # written to the store as the pool evicted them
 
     @property
     def hit_rate(self) -> float:

@@ -175,6 +175,11 @@ class KVStore:
     def num_blocks(self) -> int:
         return len(self._blocks)
 
+    @property
+    def total_bytes(self) -> int:
+        """Bytes under the root as this process last counted them (others' writes show after a scan)."""
+        return self._total
+
     def find(self, parent: str, seg: Sequence[int]) -> BlockInfo | None:
         """A stored block under ``parent`` whose ids start with ``seg`` (it holds ``seg``'s KV)."""
         with self._lock:
@@ -317,10 +322,10 @@ class KVStore:
         """Record ``owner``'s path (durably); blocks only its previous path used are deleted."""
         path = self.owners_dir / _owner_file(owner)
         record = {"owner": owner, "keys": list(keys), "tokens": tokens}
-        with self._lock:
-            old = self._read_record(path)
-            atomic_write(path, json.dumps(record).encode(), durable=True)
-            if old is not None:
+        old = self._read_record(path)
+        atomic_write(path, json.dumps(record).encode(), durable=True)  # outside the lock: fsync is slow
+        if old is not None:
+            with self._lock:
                 self._drop_unreferenced(self.dir, set(old["keys"]) - set(keys))
 
     def delete_owner(self, owner: str) -> int:

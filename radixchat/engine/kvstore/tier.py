@@ -111,6 +111,7 @@ class KVTier:
         self.counters = counters  # SchedulerCounters: loaded_tokens, spilled_tokens, evicted_tokens
         self.spill_enabled = spill
         self._spill_failed = False
+        self._spill_full_at = -1  # store size at which spilling last found no room (-1: it had room)
         if spill:
             cache.on_evict = self.spill
 
@@ -313,8 +314,9 @@ class KVTier:
 
     def spill(self, leaf: TreeNode) -> None:
         """Write an evicted leaf's blocks that the store does not hold yet (engine thread, in evict)."""
-        if self._spill_failed:
-            return
+        if self._spill_failed or 0 <= self._spill_full_at <= self.store.total_bytes:
+            return  # the disk failed, or the store is full of saved paths (spills never evict those)
+        self._spill_full_at = -1
         nodes = []
         node: TreeNode | None = leaf
         while node is not None and node is not self.cache.root:
@@ -331,6 +333,7 @@ class KVTier:
             if self.store.find(parent, seg) is None:
                 size = len(seg) * self.block_bytes_per_token + HEADER_BYTES
                 if not self.store.make_room(size, evict_owners=False):
+                    self._spill_full_at = self.store.total_bytes
                     return
                 data = self._encode_one(key, parent, start, seg, slots[start : start + len(seg)])
                 try:
