@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import radixchat.engine.kvstore.store as store_module
+import radixchat.engine.kvstore.files as files_module
 from radixchat.engine import EngineConfig, SamplingParams
 from radixchat.engine.core import EngineCore
 from radixchat.engine.kvstore.blocks import BLOCK_TOKENS, encode, read_header
@@ -38,6 +38,16 @@ def block_paths(core: EngineCore, owner: str):
 
 def all_blocks(core: EngineCore) -> set[str]:
     return {p.name for p in core.kv_tier.store.blocks_dir.iterdir()}
+
+
+def continue_exactly(core: EngineCore, ref, path: list[int], seed: int):
+    """Continue ``path`` by a few new tokens; the reply must be what generate() says. Returns the request."""
+    turn = path + rand_ids(seed, 5)
+    req = core.make_request(turn, SamplingParams(max_tokens=8, ignore_eos=True))
+    core.run_until_done([req])
+    core.check_integrity()
+    assert req.output_ids == hf_greedy(ref, turn, 8)
+    return req
 
 
 @pytest.fixture
@@ -79,10 +89,7 @@ def test_owners_share_their_common_blocks_and_deleting_one_keeps_the_other(llama
     assert core.kv_tier.store.delete_owner("a") > 0
     fresh = core_for(loaded, tmp_path)
     assert fresh.kv_tier.load(b).loaded_tokens == 300
-    turn = b + rand_ids(4, 5)
-    req = fresh.make_request(turn, SamplingParams(max_tokens=8, ignore_eos=True))
-    fresh.run_until_done([req])
-    assert req.output_ids == hf_greedy(ref, turn, 8)
+    continue_exactly(fresh, ref, b, 4)
     core.kv_tier.store.delete_owner("b")
     assert all_blocks(core) == set() and core.kv_tier.store.usage().total_bytes == 0
 
@@ -208,12 +215,7 @@ def test_a_damaged_or_foreign_block_is_ignored_and_recomputed(llama, tmp_path, k
     assert "recomputed" in res.notices[0]
     assert not bad.exists()
     fresh.check_integrity()
-    turn = path + rand_ids(41, 5)
-    req = fresh.make_request(turn, SamplingParams(max_tokens=8, ignore_eos=True))
-    fresh.run_until_done([req])
-    assert req.cached_tokens == 2 * BLOCK_TOKENS
-    assert req.output_ids == hf_greedy(ref, turn, 8)
-    fresh.check_integrity()
+    assert continue_exactly(fresh, ref, path, 41).cached_tokens == 2 * BLOCK_TOKENS
 
 
 def test_a_damaged_header_is_dropped_when_the_store_opens(llama, tmp_path):
@@ -277,7 +279,7 @@ def test_a_full_disk_loses_nothing_already_saved(llama, tmp_path, monkeypatch):
     before = all_blocks(core)
     real_open = open
     monkeypatch.setattr(
-        store_module, "open", lambda p, mode: _FullDisk(real_open(p, mode), 1000), raising=False
+        files_module, "open", lambda p, mode: _FullDisk(real_open(p, mode), 1000), raising=False
     )
     res = core.kv_tier.save(path, "s")
     assert res.tokens == 0 and "the disk is full" in res.notice and "'s'" in res.notice
@@ -287,17 +289,14 @@ def test_a_full_disk_loses_nothing_already_saved(llama, tmp_path, monkeypatch):
     assert core.kv_tier.store.usage().owners["s"].tokens == 200  # the earlier save is intact
     fresh = core_for(loaded, tmp_path)
     assert fresh.kv_tier.load(path).loaded_tokens == 200
-    turn = path + rand_ids(51, 4)
-    req = fresh.make_request(turn, SamplingParams(max_tokens=6, ignore_eos=True))
-    fresh.run_until_done([req])
-    assert req.output_ids == hf_greedy(ref, turn, 6)
+    continue_exactly(fresh, ref, path, 51)
 
 
 def test_a_full_disk_stops_spilling_and_generation_goes_on(llama, tmp_path, monkeypatch):
     loaded, ref = llama
     core = core_for(loaded, tmp_path, kv_pool_tokens=330, kv_spill=True)
     real_open = open
-    monkeypatch.setattr(store_module, "open", lambda p, mode: _FullDisk(real_open(p, mode), 0), raising=False)
+    monkeypatch.setattr(files_module, "open", lambda p, mode: _FullDisk(real_open(p, mode), 0), raising=False)
     prompts = [rand_ids(60 + i, 140) for i in range(4)]
     reqs = [core.make_request(p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in prompts]
     for req in reqs:

@@ -1,6 +1,7 @@
 """The KV store: the fourth memory level, on disk below the radix tree.
 
-``blocks`` is the file format, ``store`` the directory (index, owners, budget), ``fingerprint`` the model
+``blocks`` is the file format, ``store`` the directory (index, owners, budget) over ``files`` (atomic
+writes, owner records, scans), ``fingerprint`` the model
 identity that keys it, and ``tier`` moves KV between the pool + tree and the store.
 """
 
@@ -11,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from radixchat.engine.kvstore.blocks import Expect
+from radixchat.engine.kvstore.files import describe_os_error
 from radixchat.engine.kvstore.fingerprint import model_fingerprint
-from radixchat.engine.kvstore.store import KVStore, KVStoreUsage, OwnerUsage, describe_os_error
+from radixchat.engine.kvstore.store import KVStore, KVStoreUsage, OwnerUsage
 from radixchat.engine.kvstore.tier import KVLoadResult, KVSaveResult, KVTier
 
 log = logging.getLogger(__name__)

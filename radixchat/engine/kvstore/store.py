@@ -21,13 +21,10 @@ it (``tier.py``); this class only indexes, reads, writes and deletes files. It i
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import json
 import logging
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,10 +43,19 @@ from radixchat.engine.kvstore.blocks import (
     full_block_keys,
     root_key,
 )
+from radixchat.engine.kvstore.files import (
+    atomic_write,
+    fingerprint_dirs,
+    mtime,
+    owner_file,
+    read_record,
+    records,
+    remove_stale_temps,
+    scan_root,
+)
 
 log = logging.getLogger(__name__)
 
-STALE_TEMP_S = 3600.0  # temp files older than this were left by a crash
 MAX_NOTICES = 20
 
 
@@ -71,45 +77,6 @@ class KVStoreUsage:
     notices: tuple[str, ...] = field(default=())  # recent one-line notices (bad files found, ...)
 
 
-def _owner_file(owner: str) -> str:
-    return hashlib.blake2b(owner.encode(), digest_size=12).hexdigest() + ".json"
-
-
-def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part.
-
-    Raises OSError (the temp file is removed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    if durable:
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform or file system can sync a directory
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def describe_os_error(exc: OSError) -> str:
-    if exc.errno == errno.ENOSPC:
-        return "the disk is full"
-    return exc.strerror or type(exc).__name__
-
-
 class KVStore:
     def __init__(self, root: Path, expect: Expect, budget_bytes: int) -> None:
         self.root = Path(root)
@@ -127,7 +94,7 @@ class KVStore:
         self._seen_mtime = -1
         self.notices: deque[str] = deque(maxlen=MAX_NOTICES)
         self._total = 0
-        self._remove_stale_temps()
+        remove_stale_temps(self.blocks_dir, self.owners_dir)
         self.refresh()
         self._total = self._scan_root_bytes()
 
@@ -287,7 +254,7 @@ class KVStore:
             if self._total + nbytes <= self.budget_bytes:
                 return True
             protect = set(protect)
-            dirs = self._scan_root()
+            dirs = scan_root(self.root)
             self._total = sum(b[1] for d in dirs for b in d.blocks.values())
             unowned = sorted(
                 ((mtime, d, key, size) for d in dirs for key, (mtime, size) in d.blocks.items()),
@@ -320,9 +287,9 @@ class KVStore:
 
     def set_owner(self, owner: str, keys: Sequence[str], tokens: int) -> None:
         """Record ``owner``'s path (durably); blocks only its previous path used are deleted."""
-        path = self.owners_dir / _owner_file(owner)
+        path = self.owners_dir / owner_file(owner)
         record = {"owner": owner, "keys": list(keys), "tokens": tokens}
-        old = self._read_record(path)
+        old = read_record(path)
         atomic_write(path, json.dumps(record).encode(), durable=True)  # outside the lock: fsync is slow
         if old is not None:
             with self._lock:
@@ -332,7 +299,7 @@ class KVStore:
         """Forget ``owner`` for every model; delete the blocks no other owner uses. Returns bytes freed."""
         freed = 0
         with self._lock:
-            for d in self._fingerprint_dirs():
+            for d in fingerprint_dirs(self.root):
                 freed += self._delete_owner_in(d, owner)
         return freed
 
@@ -342,20 +309,20 @@ class KVStore:
             return self.owner_keys(old) is not None
         moved = False
         with self._lock:
-            for d in self._fingerprint_dirs():
-                src = d / "owners" / _owner_file(old)
-                record = self._read_record(src)
+            for d in fingerprint_dirs(self.root):
+                src = d / "owners" / owner_file(old)
+                record = read_record(src)
                 if record is None:
                     continue
                 self._delete_owner_in(d, new, keep=set(record["keys"]))
                 record["owner"] = new
-                atomic_write(d / "owners" / _owner_file(new), json.dumps(record).encode())
+                atomic_write(d / "owners" / owner_file(new), json.dumps(record).encode())
                 src.unlink(missing_ok=True)
                 moved = True
         return moved
 
     def owner_keys(self, owner: str) -> list[str] | None:
-        record = self._read_record(self.owners_dir / _owner_file(owner))
+        record = read_record(self.owners_dir / owner_file(owner))
         return None if record is None else list(record["keys"])
 
     def usage(self) -> KVStoreUsage:
@@ -364,7 +331,7 @@ class KVStore:
             owners: dict[str, OwnerUsage] = {}
             owned: set[str] = set()
             for path in self.owners_dir.glob("*.json"):
-                record = self._read_record(path)
+                record = read_record(path)
                 if record is None:
                     continue
                 keys = record["keys"]
@@ -373,8 +340,8 @@ class KVStore:
                 if not present:
                     continue
                 tokens = min(int(record.get("tokens", 0)), present[-1].end)
-                mtime = max([_mtime(path)] + [_mtime(self.blocks_dir / file_name(b.key)) for b in present])
-                owners[record["owner"]] = OwnerUsage(tokens, sum(b.nbytes for b in present), mtime)
+                used = max([mtime(path)] + [mtime(self.blocks_dir / file_name(b.key)) for b in present])
+                owners[record["owner"]] = OwnerUsage(tokens, sum(b.nbytes for b in present), used)
             unowned = sum(b.nbytes for k, b in self._blocks.items() if k not in owned)
             return KVStoreUsage(owners, self._total, self.budget_bytes, unowned, tuple(self.notices))
 
@@ -387,32 +354,9 @@ class KVStore:
 
     # -- files of any fingerprint directory (the budget and deletions cover every model) ----------------
 
-    def _fingerprint_dirs(self) -> list[Path]:
-        try:
-            return [p for p in self.root.iterdir() if p.is_dir() and (p / "blocks").is_dir()]
-        except OSError:
-            return []
-
-    @staticmethod
-    def _read_record(path: Path) -> dict | None:
-        try:
-            record = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            return None
-        ok = isinstance(record, dict) and isinstance(record.get("owner"), str)
-        return record if ok and isinstance(record.get("keys"), list) else None
-
-    def _records(self, d: Path) -> dict[str, tuple[float, list[str]]]:
-        out = {}
-        for path in (d / "owners").glob("*.json"):
-            record = self._read_record(path)
-            if record is not None:
-                out[record["owner"]] = (_mtime(path), record["keys"])
-        return out
-
     def _delete_owner_in(self, d: Path, owner: str, keep: Iterable[str] = ()) -> int:
-        path = d / "owners" / _owner_file(owner)
-        record = self._read_record(path)
+        path = d / "owners" / owner_file(owner)
+        record = read_record(path)
         if record is None:
             return 0
         path.unlink(missing_ok=True)
@@ -421,7 +365,7 @@ class KVStore:
     def _drop_unreferenced(self, d: Path, keys: set[str]) -> int:
         if not keys:
             return 0
-        for _, other in self._records(d).values():
+        for _, other in records(d).values():
             keys.difference_update(other)
         freed = 0
         for key in keys:
@@ -440,45 +384,5 @@ class KVStore:
             self._unindex(self._blocks[key])
         return size
 
-    def _scan_root(self) -> list[_DirScan]:
-        out = []
-        for d in self._fingerprint_dirs():
-            blocks: dict[str, tuple[float, int]] = {}
-            with contextlib.suppress(OSError):
-                for e in os.scandir(d / "blocks"):
-                    if e.name.endswith(SUFFIX) and not e.name.startswith("."):
-                        with contextlib.suppress(OSError):
-                            st = e.stat()
-                            blocks[e.name[: -len(SUFFIX)]] = (st.st_mtime, st.st_size)
-            owners = self._records(d)
-            refs = {k for _, keys in owners.values() for k in keys}
-            out.append(_DirScan(d, blocks, owners, refs))
-        return out
-
     def _scan_root_bytes(self) -> int:
-        return sum(size for d in self._scan_root() for _, size in d.blocks.values())
-
-    def _remove_stale_temps(self) -> None:
-        now = time.time()
-        for sub in (self.blocks_dir, self.owners_dir):
-            with contextlib.suppress(OSError):
-                for e in os.scandir(sub):
-                    if e.name.startswith(".") and e.name.endswith(".tmp"):
-                        with contextlib.suppress(OSError):
-                            if now - e.stat().st_mtime > STALE_TEMP_S:
-                                os.unlink(e.path)
-
-
-@dataclass(slots=True)
-class _DirScan:
-    path: Path
-    blocks: dict[str, tuple[float, int]]  # key -> (mtime, size)
-    owners: dict[str, tuple[float, list[str]]]  # owner -> (record mtime, keys)
-    refs: set[str]
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
+        return sum(size for d in scan_root(self.root) for _, size in d.blocks.values())

@@ -35,7 +35,8 @@ from radixchat.engine.kvstore.blocks import (
     full_block_keys,
     kv_tensor,
 )
-from radixchat.engine.kvstore.store import KVStore, describe_os_error
+from radixchat.engine.kvstore.files import describe_os_error
+from radixchat.engine.kvstore.store import KVStore
 from radixchat.engine.radix_cache import MatchResult, RadixCache, TreeNode
 
 log = logging.getLogger(__name__)
