@@ -1,8 +1,8 @@
 """The KV store: the fourth memory level, on disk below the radix tree.
 
 ``blocks`` is the file format, ``store`` the directory (index, owners, budget) over ``files`` (atomic
-writes, owner records, scans), ``fingerprint`` the model
-identity that keys it, and ``tier`` moves KV between the pool + tree and the store.
+writes, owner records, scans), ``fingerprint`` the model identity that keys it, and ``tier`` moves KV
+between the pool + tree and the store.
 """
 
 from __future__ import annotations
