@@ -48,6 +48,8 @@ async def _radix(models: Models, system: str, cfg: EngineConfig) -> dict:
         evicted=st.evicted_tokens,
         spilled=st.kv_spilled_tokens,
         loaded=st.kv_loaded_tokens,
+        disk_s=core.kv_tier.step_disk_s if core.kv_tier is not None else 0.0,
+        forward_s=core.forward_s,
         overhead=1 - core.forward_s / core.step_s if core.step_s else float("nan"),
     )
 
@@ -78,6 +80,8 @@ def _generate_full_history(models: Models, system: str) -> dict:
         evicted=0,
         spilled=0,
         loaded=0,
+        disk_s=0.0,
+        forward_s=float("nan"),
         overhead=float("nan"),
     )
 

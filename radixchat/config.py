@@ -128,7 +128,7 @@ class Settings(BaseSettings):
         description="disk budget of the KV store in GiB (least recently used go first)",
     )
     kv_spill: bool = Field(
-        False,
+        True,
         description="write KV evicted from the pool to the KV store and load it back on a later hit "
         "instead of recomputing it",
     )

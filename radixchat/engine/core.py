@@ -48,7 +48,7 @@ class EngineConfig:
     debug: bool = False
     kv_store_dir: Path | None = None  # the disk store below the tree (None: off); needs radix_cache
     kv_store_bytes: int = 2 << 30
-    kv_spill: bool = False  # write KV evicted from the pool to the store, load it back on a hit
+    kv_spill: bool = True  # write KV evicted from the pool to the store, load it back on a hit
 
 
 def pool_capacity(lm: LoadedModel, cfg: EngineConfig, shape: KVShape) -> int:

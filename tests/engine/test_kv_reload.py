@@ -105,7 +105,7 @@ def test_spilled_conversations_come_back_from_disk_exactly(tiny_models, tmp_path
 
 def test_without_spill_evicted_kv_is_recomputed_not_stored(tiny_models, tmp_path):
     loaded, _ = tiny_models["llama"]
-    core = EngineCore(loaded, store_cfg(tmp_path, kv_pool_tokens=330))
+    core = EngineCore(loaded, store_cfg(tmp_path, kv_pool_tokens=330, kv_spill=False))
     for i in range(4):
         reply(core, rand_ids(10 + i, 140))
     assert core.scheduler.counters.evicted_tokens > 0

@@ -19,6 +19,7 @@ The tree node a save or load works on stays locked until it is done, so its slot
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,7 @@ class KVTier:
         self.spill_enabled = spill
         self._spill_failed = False
         self._spill_full_at = -1  # store size at which spilling last found no room (-1: it had room)
+        self.step_disk_s = 0.0  # engine-thread time spent spilling and loading during steps
         if spill:
             cache.on_evict = self.spill
 
@@ -145,12 +147,13 @@ class KVTier:
         blocks = self.store.lookup(ids, match.length)
         if not blocks or blocks[-1][0].start + blocks[-1][2] - match.length < MIN_LOAD_TOKENS:
             return match
+        started = time.perf_counter()
         self.cache.lock(match.node)
         plan = _Load(ids, match.node, match.slots, blocks)
         checked, notices = self._read(plan)
-        if self._apply_load(plan, checked, notices).loaded_tokens == 0:
-            return match
-        return self.cache.match_prefix(ids)
+        loaded = self._apply_load(plan, checked, notices).loaded_tokens
+        self.step_disk_s += time.perf_counter() - started
+        return self.cache.match_prefix(ids) if loaded else match
 
     def _plan_load(self, ids: list[int]) -> _Load | int:
         match = self.cache.match_prefix(ids)
@@ -318,6 +321,13 @@ class KVTier:
         if self._spill_failed or 0 <= self._spill_full_at <= self.store.total_bytes:
             return  # the disk failed, or the store is full of saved paths (spills never evict those)
         self._spill_full_at = -1
+        started = time.perf_counter()
+        try:
+            self._spill(leaf)
+        finally:
+            self.step_disk_s += time.perf_counter() - started
+
+    def _spill(self, leaf: TreeNode) -> None:
         nodes = []
         node: TreeNode | None = leaf
         while node is not None and node is not self.cache.root:
