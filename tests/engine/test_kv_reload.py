@@ -203,3 +203,22 @@ def test_real_model_reloaded_chat_matches_generate(smol, smol_tokenizer, tmp_pat
     b.check_integrity()
     assert reloaded.cached_tokens == len(history) - 1
     assert reloaded.output_ids == without_reload.output_ids == hf_greedy(ref, turn2, 30, loaded.eos_ids)
+
+
+def test_a_long_path_loads_group_by_group(tiny_models, tmp_path, monkeypatch):
+    import radixchat.engine.kvstore.tier as tier
+
+    loaded, ref = tiny_models["llama"]
+    first = rand_ids(40, 400)
+    a = EngineCore(loaded, store_cfg(tmp_path))
+    history = first + reply(a, first).output_ids
+    a.kv_tier.save(history, "s")
+    monkeypatch.setattr(tier, "LOAD_GROUP_BYTES", 70_000)  # two 64-token blocks (32 KiB each) a trip
+    b = EngineCore(loaded, store_cfg(tmp_path))
+    trips = []
+    res = b.kv_tier.load(history, lambda fn, *args: trips.append(fn.__name__) or fn(*args))
+    assert res.loaded_tokens == len(history) - 1 and res.cached_tokens == 0
+    assert trips.count("_apply_load") == 4  # 7 blocks: 2 + 2 + 2 + 1
+    b.check_integrity()
+    turn = history + rand_ids(41, 5)
+    assert reply(b, turn).output_ids == hf_greedy(ref, turn, 12)

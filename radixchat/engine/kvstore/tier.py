@@ -44,8 +44,10 @@ log = logging.getLogger(__name__)
 
 # A lookup on admission loads at least this many tokens (fewer are cheaper to compute than to read).
 MIN_LOAD_TOKENS = 16
-# Blocks encoded per trip to the engine's thread while saving (bounds the bytes held in memory).
+# Bytes of blocks encoded (saving) or read (loading) per trip to the engine's thread: bounds the
+# memory a long session takes besides its pool slots.
 SAVE_GROUP_BYTES = 32 << 20
+LOAD_GROUP_BYTES = 64 << 20
 HEADER_BYTES = 4096  # a generous estimate of a block file's header (the ids are in it)
 
 Run = Callable[..., Any]  # run(fn, *args): fn(*args) on the engine's thread, under its state lock
@@ -125,17 +127,30 @@ class KVTier:
     # -- load -----------------------------------------------------------------------------------------
 
     def load(self, ids: Sequence[int], run: Run = _direct) -> KVLoadResult:
-        """Load the longest stored continuation of ``ids`` past the tree into the pool and the tree."""
+        """Load the longest stored continuation of ``ids`` past the tree into the pool and the tree.
+
+        Blocks are read and copied in groups of at most ``LOAD_GROUP_BYTES``, so a long session never
+        sits in memory twice (as files read and as pool slots)."""
         ids = list(ids)
-        plan = run(self._plan_load, ids)
-        if not isinstance(plan, _Load):
-            return KVLoadResult(plan, 0)
-        try:
-            checked, notices = self._read(plan)
-        except BaseException:
-            run(self.cache.unlock, plan.node)
-            raise
-        return run(self._apply_load, plan, checked, notices)
+        cached = loaded = -1
+        notices: list[str] = []
+        while True:
+            plan = run(self._plan_load, ids)
+            if not isinstance(plan, _Load):
+                return KVLoadResult(plan if cached < 0 else cached, max(loaded, 0), tuple(notices))
+            planned = len(plan.blocks)
+            try:
+                checked, bad = self._read(plan)
+            except BaseException:
+                run(self.cache.unlock, plan.node)
+                raise
+            res = run(self._apply_load, plan, checked)
+            notices += bad
+            if cached < 0:
+                cached, loaded = res.cached_tokens, 0
+            loaded += res.loaded_tokens
+            if bad or res.loaded_tokens == 0 or len(checked) < planned:
+                return KVLoadResult(cached, loaded, tuple(notices))
 
     def extend_match(self, ids: list[int], match: MatchResult) -> MatchResult:
         """On admission (engine thread): extend a tree match with what the store holds past it."""
@@ -148,21 +163,23 @@ class KVTier:
         if not blocks or blocks[-1][0].start + blocks[-1][2] - match.length < MIN_LOAD_TOKENS:
             return match
         started = time.perf_counter()
-        self.cache.lock(match.node)
-        plan = _Load(ids, match.node, match.slots, blocks)
-        checked, notices = self._read(plan)
-        loaded = self._apply_load(plan, checked, notices).loaded_tokens
+        self.load(ids)
         self.step_disk_s += time.perf_counter() - started
-        return self.cache.match_prefix(ids) if loaded else match
+        return self.cache.match_prefix(ids)
 
     def _plan_load(self, ids: list[int]) -> _Load | int:
+        """Lock the tree's match of ``ids`` and plan the next group of stored blocks past it."""
         match = self.cache.match_prefix(ids)
         self.store.refresh()
         blocks = self.store.lookup(ids, match.length)
         if not blocks:
             return match.length
+        size, n = 0, 0
+        while n < len(blocks) and (n == 0 or size + blocks[n][0].nbytes <= LOAD_GROUP_BYTES):
+            size += blocks[n][0].nbytes
+            n += 1
         self.cache.lock(match.node)
-        return _Load(ids, match.node, match.slots, blocks)
+        return _Load(ids, match.node, match.slots, blocks[:n])
 
     def _read(self, plan: _Load) -> tuple[list[tuple[bytearray, tuple[int, int]]], list[str]]:
         """Read and verify the planned blocks (no torch: any thread). Stops at the first bad one."""
@@ -182,9 +199,7 @@ class KVTier:
                 break
         return out, notices
 
-    def _apply_load(
-        self, plan: _Load, checked: list[tuple[bytearray, tuple[int, int]]], notices: list[str]
-    ) -> KVLoadResult:
+    def _apply_load(self, plan: _Load, checked: list[tuple[bytearray, tuple[int, int]]]) -> KVLoadResult:
         have = plan.have
         try:
             parts = [(info, lo, hi, data, span) for (info, lo, hi), (data, span) in zip(plan.blocks, checked)]
@@ -196,12 +211,12 @@ class KVTier:
                     break
                 need += hi - lo
             if need == 0:
-                return KVLoadResult(have, 0, tuple(notices))
+                return KVLoadResult(have, 0)
             if self.pool.num_free < need:
                 self.counters.evicted_tokens += self.cache.evict(need - self.pool.num_free)
             slots = self.pool.alloc(need)
             if slots is None:  # evicting could not make room after all: compute instead
-                return KVLoadResult(have, 0, tuple(notices))
+                return KVLoadResult(have, 0)
             dst = torch.tensor(slots, dtype=torch.int64)
             off = 0
             for info, lo, hi, data, span in parts:
@@ -219,7 +234,7 @@ class KVTier:
                 res.node.from_disk = True
             loaded = max(end - res.prefix_len, 0)
             self.counters.loaded_tokens += loaded
-            return KVLoadResult(have, loaded, tuple(notices))
+            return KVLoadResult(have, loaded)
         finally:
             self.cache.unlock(plan.node)
 
