@@ -132,12 +132,13 @@ class KVTier:
         Blocks are read and copied in groups of at most ``LOAD_GROUP_BYTES``, so a long session never
         sits in memory twice (as files read and as pool slots)."""
         ids = list(ids)
-        cached = loaded = -1
+        cached: int | None = None  # what the tree held before the first group
+        loaded = 0
         notices: list[str] = []
         while True:
             plan = run(self._plan_load, ids)
             if not isinstance(plan, _Load):
-                return KVLoadResult(plan if cached < 0 else cached, max(loaded, 0), tuple(notices))
+                return KVLoadResult(plan if cached is None else cached, loaded, tuple(notices))
             planned = len(plan.blocks)
             try:
                 checked, bad = self._read(plan)
@@ -146,8 +147,7 @@ class KVTier:
                 raise
             res = run(self._apply_load, plan, checked)
             notices += bad
-            if cached < 0:
-                cached, loaded = res.cached_tokens, 0
+            cached = res.cached_tokens if cached is None else cached
             loaded += res.loaded_tokens
             if bad or res.loaded_tokens == 0 or len(checked) < planned:
                 return KVLoadResult(cached, loaded, tuple(notices))
