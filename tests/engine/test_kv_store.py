@@ -144,6 +144,25 @@ def test_the_budget_evicts_the_least_recently_used_path(llama, tmp_path):
     assert set(usage.owners) == {"s0", "s2"} and usage.total_bytes <= budget
 
 
+def test_the_budget_evicts_paths_sharing_a_prefix_with_the_saved_one(llama, tmp_path):
+    """Sessions with one system prompt share its blocks; evicting one must keep the shared blocks."""
+    loaded, ref = llama
+    budget = (128 + 2 * 172) * TOKEN_BYTES + 40_000  # the shared 128 tokens and two own 172-token tails
+    core = core_for(loaded, tmp_path, kv_store_bytes=budget)
+    system = rand_ids(15, 128)
+    paths = [system + rand_ids(16 + i, 172) for i in range(4)]
+    for i, p in enumerate(paths):
+        prefill(core, p)
+        core.kv_tier.save(p, f"s{i}")
+        _age(block_paths(core, f"s{i}"), 100 - i)  # later saves are more recent
+    usage = core.kv_tier.store.usage()
+    assert set(usage.owners) == {"s2", "s3"} and usage.owners["s3"].tokens == 300
+    assert usage.total_bytes <= budget
+    fresh = core_for(loaded, tmp_path)
+    assert fresh.kv_tier.load(paths[3]).loaded_tokens == 300  # the shared blocks survived
+    continue_exactly(fresh, ref, paths[3], 17)
+
+
 def test_unowned_spilled_blocks_go_before_saved_sessions(llama, tmp_path):
     loaded, _ = llama
     budget = 2 * 300 * TOKEN_BYTES + 40_000

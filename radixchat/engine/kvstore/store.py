@@ -245,11 +245,14 @@ class KVStore:
                 self._total += len(data)
         return info
 
-    def make_room(self, nbytes: int, protect: Iterable[str] = (), evict_owners: bool = True) -> bool:
+    def make_room(
+        self, nbytes: int, protect: Iterable[str] = (), evict_owners: bool = True, saving: str | None = None
+    ) -> bool:
         """Make the store fit ``nbytes`` more within its budget, evicting least recently used paths.
 
-        Unowned blocks go first; then, if ``evict_owners``, whole owner paths. Blocks in ``protect``
-        (keys) and owners whose paths use them are kept. Returns whether the bytes now fit."""
+        Unowned blocks go first; then, if ``evict_owners``, whole owner paths other than ``saving``'s.
+        Blocks in ``protect`` (the path being saved) are never deleted, even when an evicted owner
+        shared them. Returns whether the bytes now fit."""
         with self._lock:
             if self._total + nbytes <= self.budget_bytes:
                 return True
@@ -273,14 +276,14 @@ class KVStore:
                     (max([mtime] + [d.blocks[k][0] for k in keys if k in d.blocks]), d, owner)
                     for d in dirs
                     for owner, (mtime, keys) in d.owners.items()
-                    if not protect.intersection(keys)
+                    if not (owner == saving and d.path == self.dir)
                 ),
                 key=lambda t: t[0],
             )
             for _, d, owner in paths:
                 if self._total + nbytes <= self.budget_bytes:
                     return True
-                self._delete_owner_in(d.path, owner)
+                self._delete_owner_in(d.path, owner, keep=protect)
             return self._total + nbytes <= self.budget_bytes
 
     # -- owners ---------------------------------------------------------------------------------------

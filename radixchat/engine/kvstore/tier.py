@@ -248,7 +248,7 @@ class KVTier:
         plan: _Save = run(self._plan_save, list(ids))
         written = 0
         try:
-            blocks, notice = self._fit_budget(plan)
+            blocks, notice = self._fit_budget(plan, owner)
             todo = [b for b in blocks if b.slots is not None]
             group: list[_Block] = []
             size = 0
@@ -292,7 +292,7 @@ class KVTier:
         self.cache.lock(match.node)
         return _Save(match.node, blocks)
 
-    def _fit_budget(self, plan: _Save) -> tuple[list[_Block], str | None]:
+    def _fit_budget(self, plan: _Save, owner: str) -> tuple[list[_Block], str | None]:
         """Cut the path to what the budget can hold and make room for its new blocks."""
         per_token = self.block_bytes_per_token
         blocks, total = [], 0
@@ -309,7 +309,7 @@ class KVTier:
                 f"{self.store.budget_bytes / 2**30:.2g} GiB budget (--kv-store-gib)"
             )
         need = sum(len(b.ids) * per_token + HEADER_BYTES for b in blocks if b.slots is not None)
-        self.store.make_room(need, protect=[b.key for b in blocks])
+        self.store.make_room(need, protect=[b.key for b in blocks], saving=owner)
         return blocks, notice
 
     def _encode(self, blocks: list[_Block]) -> list[bytes]:
