@@ -14,6 +14,7 @@ import radixchat.engine.kvstore.files as files_module
 from radixchat.engine import EngineConfig, SamplingParams
 from radixchat.engine.core import EngineCore
 from radixchat.engine.kvstore.blocks import BLOCK_TOKENS, encode, read_header
+from radixchat.engine.kvstore.files import owner_file
 from tests.conftest import hf_greedy
 
 TOKEN_BYTES = 512  # tiny llama: 2 layers x (K, V) x 2 heads x 16 dims x 4 bytes
@@ -154,7 +155,8 @@ def test_the_budget_evicts_paths_sharing_a_prefix_with_the_saved_one(llama, tmp_
     for i, p in enumerate(paths):
         prefill(core, p)
         core.kv_tier.save(p, f"s{i}")
-        _age(block_paths(core, f"s{i}"), 100 - i)  # later saves are more recent
+        record = core.kv_tier.store.owners_dir / owner_file(f"s{i}")
+        _age([*block_paths(core, f"s{i}"), record], 100 - i)  # later saves are more recent
     usage = core.kv_tier.store.usage()
     assert set(usage.owners) == {"s2", "s3"} and usage.owners["s3"].tokens == 300
     assert usage.total_bytes <= budget

@@ -12,7 +12,9 @@ fsync when durable, rename); files are immutable once written and named by their
 processes sharing the directory can only ever race to write the same bytes.
 
 The budget covers the whole root (every model): when it is exceeded, unowned blocks go first, least
-recently used first, then whole owner paths, least recently used first (a file's mtime is its last use).
+recently used first, then whole owner paths, least recently used first. A file's mtime is its last use
+(reads touch it); a path's is that of its record or its last block, which is its own (the first blocks
+are often a system prompt that every session shares, and touched by each of them).
 
 Nothing here runs torch: the engine's thread encodes blocks from the pool and copies verified blocks into
 it (``tier.py``); this class only indexes, reads, writes and deletes files. It is thread-safe.
@@ -273,7 +275,7 @@ class KVStore:
                 return self._total + nbytes <= self.budget_bytes
             paths = sorted(
                 (
-                    (max([mtime] + [d.blocks[k][0] for k in keys if k in d.blocks]), d, owner)
+                    (max([mtime] + [d.blocks[k][0] for k in keys[-1:] if k in d.blocks]), d, owner)
                     for d in dirs
                     for owner, (mtime, keys) in d.owners.items()
                     if not (owner == saving and d.path == self.dir)
@@ -343,7 +345,7 @@ class KVStore:
                 if not present:
                     continue
                 tokens = min(int(record.get("tokens", 0)), present[-1].end)
-                used = max([mtime(path)] + [mtime(self.blocks_dir / file_name(b.key)) for b in present])
+                used = max(mtime(path), mtime(self.blocks_dir / file_name(present[-1].key)))
                 owners[record["owner"]] = OwnerUsage(tokens, sum(b.nbytes for b in present), used)
             unowned = sum(b.nbytes for k, b in self._blocks.items() if k not in owned)
             return KVStoreUsage(owners, self._total, self.budget_bytes, unowned, tuple(self.notices))
