@@ -291,7 +291,8 @@ class _FullDisk:
         self.real.close()
 
 
-def test_a_full_disk_loses_nothing_already_saved(llama, tmp_path, monkeypatch):
+@pytest.mark.parametrize("fails", ["block", "record"])
+def test_a_full_disk_loses_nothing_already_saved(llama, tmp_path, monkeypatch, fails):
     loaded, ref = llama
     core = core_for(loaded, tmp_path)
     path = rand_ids(50, 400)
@@ -299,17 +300,23 @@ def test_a_full_disk_loses_nothing_already_saved(llama, tmp_path, monkeypatch):
     assert core.kv_tier.save(path[:200], "s").tokens == 200
     before = all_blocks(core)
     real_open = open
-    monkeypatch.setattr(
-        files_module, "open", lambda p, mode: _FullDisk(real_open(p, mode), 1000), raising=False
-    )
+
+    def full_disk(p, mode):
+        target = ".safetensors" if fails == "block" else ".json"
+        return _FullDisk(real_open(p, mode), 10 if target in p.name else 1 << 30)
+
+    monkeypatch.setattr(files_module, "open", full_disk, raising=False)
     res = core.kv_tier.save(path, "s")
     assert res.tokens == 0 and "the disk is full" in res.notice and "'s'" in res.notice
     monkeypatch.undo()
     leftovers = [p.name for p in core.kv_tier.store.dir.rglob("*") if p.name.endswith(".tmp")]
-    assert leftovers == [] and all_blocks(core) == before  # no partial file under any name
+    assert leftovers == []  # no partial file under any name
+    if fails == "block":
+        assert all_blocks(core) == before
     assert core.kv_tier.store.usage().owners["s"].tokens == 200  # the earlier save is intact
     fresh = core_for(loaded, tmp_path)
-    assert fresh.kv_tier.load(path).loaded_tokens == 200
+    # Blocks written before the record failed are valid, unowned (the budget's first to go) and usable.
+    assert fresh.kv_tier.load(path).loaded_tokens == (200 if fails == "block" else 400)
     continue_exactly(fresh, ref, path, 51)
 
 
