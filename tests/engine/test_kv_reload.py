@@ -222,3 +222,27 @@ def test_a_long_path_loads_group_by_group(tiny_models, tmp_path, monkeypatch):
     b.check_integrity()
     turn = history + rand_ids(41, 5)
     assert reply(b, turn).output_ids == hf_greedy(ref, turn, 12)
+
+
+async def test_saving_and_loading_while_requests_run_keeps_everything_exact(tiny_models, tmp_path):
+    loaded, ref = tiny_models["llama"]
+    saved_path, busy = rand_ids(50, 300), rand_ids(51, 200)
+    async with Engine(loaded, store_cfg(tmp_path, debug=True)) as engine:
+        await engine.generate(saved_path, SamplingParams(max_tokens=1))
+        running = engine.submit(busy, SamplingParams(max_tokens=40, ignore_eos=True))
+        saved, usage = await asyncio.gather(
+            asyncio.to_thread(engine.save_kv, saved_path, "s"), asyncio.to_thread(engine.kv_store_usage)
+        )
+        assert saved.tokens == 300 and usage is not None
+        out = await running.result()
+        assert out.token_ids == hf_greedy(ref, busy, 40)
+    async with Engine(loaded, store_cfg(tmp_path, debug=True)) as engine:
+        running = engine.submit(busy, SamplingParams(max_tokens=40, ignore_eos=True))
+        res = await asyncio.to_thread(engine.load_kv, saved_path)
+        turn = saved_path + rand_ids(52, 4)
+        follow, out = await asyncio.gather(
+            engine.generate(turn, SamplingParams(max_tokens=8, ignore_eos=True)), running.result()
+        )
+        assert res.loaded_tokens == 300 and follow.usage.cached_tokens == 300
+        assert follow.token_ids == hf_greedy(ref, turn, 8) and out.token_ids == hf_greedy(ref, busy, 40)
+    engine.core.check_integrity()
