@@ -393,7 +393,7 @@ class Engine:
     # Pool and tree work runs on the engine's thread between steps; file I/O runs on the caller's.
 
     def save_kv(self, ids: Sequence[int], owner: str) -> KVSaveResult:
-        """Store on disk, for ``owner`` (a session name), the KV of the longest prefix of ``ids`` that is
+        """Store on disk, for ``owner`` (e.g. a session file's path), the KV of the longest prefix of ``ids`` that is
         in the pool or already stored; it replaces what ``owner`` had saved before.
 
         Best effort: never raises for disk errors (a full disk, an unwritable cache directory) or a

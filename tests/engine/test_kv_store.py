@@ -342,3 +342,22 @@ def test_an_unwritable_store_directory_turns_the_store_off(llama, tmp_path):
     core = core_for(loaded, tmp_path / "kv")
     assert core.kv_tier is None
     prefill(core, rand_ids(70, 50))
+
+
+def test_a_failing_spill_turns_spilling_off_and_generation_goes_on(llama, tmp_path, monkeypatch):
+    loaded, ref = llama
+    core = core_for(loaded, tmp_path, kv_pool_tokens=330, kv_spill=True)
+
+    def broken(*args):
+        raise RuntimeError("a bug in encoding")
+
+    monkeypatch.setattr(core.kv_tier, "_encode_one", broken)
+    prompts = [rand_ids(80 + i, 140) for i in range(3)]
+    reqs = [core.make_request(p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in prompts]
+    for req in reqs:
+        core.run_until_done([req])
+    core.check_integrity()
+    assert core.scheduler.counters.evicted_tokens > 0 and core.kv_tier._spill_failed
+    assert all(r.finish_reason.value == "length" for r in reqs)
+    for p, req in zip(prompts, reqs):
+        assert req.output_ids == hf_greedy(ref, p, 8)

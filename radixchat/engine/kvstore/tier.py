@@ -163,7 +163,10 @@ class KVTier:
         if not blocks or blocks[-1][0].start + blocks[-1][2] - match.length < MIN_LOAD_TOKENS:
             return match
         started = time.perf_counter()
-        self.load(ids)
+        try:
+            self.load(ids)
+        except Exception:  # a bug here must cost a prefill, not the step (and every request in it)
+            log.exception("loading KV from the store failed; computing it instead")
         self.step_disk_s += time.perf_counter() - started
         return self.cache.match_prefix(ids)
 
@@ -339,6 +342,9 @@ class KVTier:
         started = time.perf_counter()
         try:
             self._spill(leaf)
+        except Exception:  # a bug here must not fail the step that is evicting
+            self._spill_failed = True
+            log.exception("spilling KV to the store failed; spilling is off for this run")
         finally:
             self.step_disk_s += time.perf_counter() - started
 
