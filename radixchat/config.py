@@ -118,8 +118,8 @@ class Settings(BaseSettings):
     radix_cache: bool = Field(True, description="reuse KV across requests (off: ablation baseline)")
     kv_store: bool = Field(
         True,
-        description="keep saved sessions' KV on disk (<cache-dir>/kv), so a reopened session skips "
-        "prefilling its history",
+        description="the KV store on disk (<cache-dir>/kv): requests load the KV stored there (saved "
+        "sessions', and with --kv-spill the pool's evicted KV) instead of computing it again",
     )
     kv_store_gib: float = Field(
         2.0,
