@@ -3,7 +3,8 @@
 Exported here is what a user of the engine needs: ``Engine`` (built from a model and an
 ``EngineConfig``), ``SamplingParams``, the request handle and its events, ``TokenMatcher`` (what a
 grammar gives a request), and the stats. Its parts (``EngineCore``, the pool, the tree, the scheduler,
-the loader) are imported from their own modules by the tests and benchmarks that take them apart.
+the loader) are imported from their own modules by the tests and benchmarks that take them apart; so
+are the KV store's result types (``radixchat.engine.kvstore``) that ``Engine.save_kv``/``load_kv`` return.
 """
 
 from radixchat.engine.core import EngineConfig

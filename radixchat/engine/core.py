@@ -10,11 +10,13 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from radixchat.engine.detokenizer import Detokenizer
 from radixchat.engine.kv_pool import KVPool, KVShape, ReqToTokenTable
+from radixchat.engine.kvstore import open_tier
 from radixchat.engine.loader import LoadedModel
 from radixchat.engine.model_runner import ModelRunner, ScheduledBatch
 from radixchat.engine.radix_cache import RadixCache
@@ -44,6 +46,9 @@ class EngineConfig:
     schedule_policy: str = "lpm"
     radix_cache: bool = True
     debug: bool = False
+    kv_store_dir: Path | None = None  # the disk store below the tree (None: off); needs radix_cache
+    kv_store_bytes: int = 2 << 30
+    kv_spill: bool = True  # write KV evicted from the pool to the store, load it back on a hit
 
 
 def pool_capacity(lm: LoadedModel, cfg: EngineConfig, shape: KVShape) -> int:
@@ -73,6 +78,18 @@ class EngineCore:
             policy=cfg.schedule_policy,
             cache_enabled=cfg.radix_cache,
         )
+        self.kv_tier = None
+        if cfg.kv_store_dir is not None and cfg.radix_cache:
+            self.kv_tier = open_tier(
+                lm,
+                self.pool,
+                self.cache,
+                self.scheduler.counters,
+                root=cfg.kv_store_dir,
+                budget_bytes=cfg.kv_store_bytes,
+                spill=cfg.kv_spill,
+            )
+        self.scheduler.kv_tier = self.kv_tier
         self.runner = ModelRunner(lm.model, self.pool, self.table)
         self.sampler = Sampler(lm.vocab_size, set(lm.eos_ids))
         self._backend_tokenizer = getattr(lm.tokenizer, "backend_tokenizer", None)
