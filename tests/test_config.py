@@ -80,7 +80,7 @@ def test_missing_explicit_config_file(tmp_path):
 
 def test_kv_store_settings_reach_the_engine(tmp_path, monkeypatch):
     from radixchat.cli import build_parser, settings_from_args
-    from radixchat.engine import engine_config
+    from radixchat.engine.engine import engine_config
 
     on = engine_config(Settings.load({"cache_dir": str(tmp_path)}))
     assert (on.kv_store_dir, on.kv_store_bytes) == (tmp_path / "kv", 2 << 30)
