@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .lexer import DEAD, SPACE
+from .lexer import DEAD, SPACE, groups_by_pre
 
 
 def _state_costs(g, stack, finals: np.ndarray) -> np.ndarray:
@@ -55,9 +55,7 @@ def _group_costs(g, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarr
     alive = final != DEAD
     if alive.any():
         vals[alive] = _state_costs(g, st2, final[alive])
-    from .compiler import _groups_by_pre
-
-    for p, sel in _groups_by_pre(death, pres):
+    for p, sel in groups_by_pre(death, pres):
         vals[sel] = _group_costs(g, st2, p, (key, lex0, p), ids[sel], death[sel])
     return vals
 
@@ -66,8 +64,6 @@ def budget_mask(g, stack: tuple[int, ...], lex: int, remaining: int) -> torch.Te
     """Tokens after which the output can still be completed in ``remaining - 1`` tokens (EOS counts
     one), plus EOS when accepting. Never all-False: if nothing fits, the tokens that leave the shortest
     completion are allowed (the engine will then stop at its token limit and report it)."""
-    from .compiler import intern_mask
-
     limit = remaining - 2
     costs = token_costs(g, stack, lex)
     accepting, _ = g.is_accepting(stack, lex)
@@ -81,4 +77,4 @@ def budget_mask(g, stack: tuple[int, ...], lex: int, remaining: int) -> torch.Te
         mask[list(g.info.eos_ids)] = True
     if not mask.any():
         return g.entry(stack, lex).tensor
-    return intern_mask(g.info, mask)[0]
+    return g.info.intern_mask(mask)[0]

@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .budget import budget_mask, token_costs
 from .errors import GrammarError
 from .lalr import INF, DepthMemo, Tables, accepts_end, build_tables, completion_cost, push
-from .lexer import DEAD, SPACE
+from .lexer import DEAD, SPACE, groups_by_pre
+from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
 
 
@@ -237,7 +239,7 @@ class CompiledGrammar:
             mask[list(info.eos_ids)] = True
         if not mask.any():
             raise GrammarError(f"{self.source}: dead state (no token can continue); grammar bug?")
-        tensor, view = intern_mask(info, mask)
+        tensor, view = info.intern_mask(mask)
         e = Entry(tensor, view, accepting, only_eos, len(stack) - max(lowest, 0))
         self._entries.put(lex, stack, lowest, e)
         return e
@@ -256,7 +258,7 @@ class CompiledGrammar:
             st2, lex0 = nxt
             final, death, pres = self.info.rows_run(key, lex0, ids, offs)
             parts = [ids[final != DEAD]]
-            for p, sel in _groups_by_pre(death, pres):
+            for p, sel in groups_by_pre(death, pres):
                 sub, low = self._group_allowed(st2, p, (key, lex0, p), ids[sel], death[sel])
                 lowest = min(lowest, low)
                 parts.append(sub)
@@ -303,8 +305,6 @@ class CompiledGrammar:
         key = ("max", lex, stack)
         got = self._cost_memo.get(key)
         if got is None:
-            from .budget import token_costs
-
             costs = token_costs(self, stack, lex)
             got = self._cost_memo[key] = int(costs.max()) if costs.size else -1
         return got
@@ -314,8 +314,6 @@ class CompiledGrammar:
         key = (lex, stack, remaining - 2)
         got = self._budget.get(key)
         if got is None:
-            from .budget import budget_mask
-
             got = self._budget[key] = budget_mask(self, stack, lex, remaining)
             if len(self._budget) > 512:
                 self._budget.popitem(last=False)
@@ -323,10 +321,8 @@ class CompiledGrammar:
 
     # -- public ----------------------------------------------------------------------------------------
 
-    def matcher(self):
+    def matcher(self) -> GrammarMatcher:
         """A fresh matcher at the start of the output."""
-        from .matcher import GrammarMatcher
-
         return GrammarMatcher(self)
 
     def lark(self):
@@ -341,30 +337,6 @@ class CompiledGrammar:
             "mask_entries": len(self._entries),
             "lexer_states_cached": self.info.cached_lexer_states,
         }
-
-
-def _groups_by_pre(death: np.ndarray, pre: np.ndarray):
-    """Rows that died after an accepting lexeme, grouped by that lexer state: [(pre, row indices)]."""
-    crossing = (death >= 0) & SPACE.accepting_np[pre]
-    idx = np.flatnonzero(crossing)
-    if not idx.size:
-        return []
-    p = pre[idx]
-    order = np.argsort(p, kind="stable")
-    idx, p = idx[order], p[order]
-    cuts = np.flatnonzero(np.diff(p)) + 1
-    return [(int(p[a]), idx[a:b]) for a, b in zip(np.r_[0, cuts], np.r_[cuts, p.size])]
-
-
-def intern_mask(info: TokenizerInfo, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
-    """One shared tensor per distinct mask (per tokenizer); returns (tensor, its numpy view)."""
-    key = np.packbits(mask).tobytes()
-    store = info.masks
-    got = store.get(key)
-    if got is None:
-        mask = mask.copy()
-        got = store[key] = (torch.from_numpy(mask), mask)
-    return got
 
 
 def read_grammar(source: str | Path) -> tuple[str, str]:

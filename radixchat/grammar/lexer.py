@@ -228,3 +228,16 @@ def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray
             cross.append((int(cpre[a]), cid[a:b], coff[a:b]))
     cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
     return LexRun(text_ids[inside], final[inside], cont, cross)
+
+
+def groups_by_pre(death: np.ndarray, pre: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Rows that died after an accepting lexeme, grouped by that lexer state: [(pre, row indices)]."""
+    crossing = (death >= 0) & SPACE.accepting_np[pre]
+    idx = np.flatnonzero(crossing)
+    if not idx.size:
+        return []
+    p = pre[idx]
+    order = np.argsort(p, kind="stable")
+    idx, p = idx[order], p[order]
+    cuts = np.flatnonzero(np.diff(p)) + 1
+    return [(int(p[a]), idx[a:b]) for a, b in zip(np.r_[0, cuts], np.r_[cuts, p.size])]

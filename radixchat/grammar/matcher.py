@@ -6,11 +6,15 @@ It satisfies the engine's ``TokenMatcher`` protocol (``allowed``, ``advance``, `
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from .compiler import CompiledGrammar, Entry
 from .errors import GrammarError
 from .lexer import DEAD, SPACE
+
+if TYPE_CHECKING:  # the compiler creates matchers: importing it here at run time would be a loop
+    from .compiler import CompiledGrammar, Entry
 
 
 class GrammarMatcher:

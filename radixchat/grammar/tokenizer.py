@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from .errors import GrammarError
 from .lexer import SPACE, LexRun, lex_run
@@ -170,6 +171,15 @@ class TokenizerInfo:
         got = self._rows.get((key, lex))
         if got is None:
             got = self._rows[(key, lex)] = run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
+        return got
+
+    def intern_mask(self, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        """One shared tensor per distinct mask: returns (tensor, its numpy view); never mutate them."""
+        key = np.packbits(mask).tobytes()
+        got = self.masks.get(key)
+        if got is None:
+            mask = mask.copy()
+            got = self.masks[key] = (torch.from_numpy(mask), mask)
         return got
 
     @property

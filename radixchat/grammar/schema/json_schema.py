@@ -19,10 +19,12 @@ import warnings
 from collections import OrderedDict
 from decimal import Decimal
 
+from .. import regex as rx
+from ..compiler import CompiledGrammar
+from ..errors import GrammarError
 from . import json_terminals as jt
-from . import regex as rx
 from .allof import merge_all_of
-from .errors import GrammarError
+from .json_objects import array_shape, literal_structure, object_shape
 from .json_shape import ALL_TYPES, Shape, const_values, schema_types, type_of
 from .lark_text import LarkWriter
 
@@ -346,12 +348,8 @@ class SchemaCompiler:
         if "null" in types:
             sh.literals.add("null")
         if "object" in types:
-            from .json_objects import object_shape
-
             object_shape(self, schema, path, sh)
         if "array" in types:
-            from .json_objects import array_shape
-
             array_shape(self, schema, path, sh)
         return sh
 
@@ -372,8 +370,6 @@ class SchemaCompiler:
         elif t == "null":
             sh.literals.add("null")
         else:
-            from .json_objects import literal_structure
-
             literal_structure(self, v, path, sh)
         return sh
 
@@ -476,8 +472,6 @@ def compile_json_schema(schema, info, *, lenient: bool = False, cache: bool = Tr
     Compiled grammars are cached per (schema, tokenizer) -- 64 most recent -- so repeated requests with
     one schema share warm mask caches. Raises GrammarError naming the keyword and JSON pointer.
     """
-    from .compiler import CompiledGrammar
-
     schema = _normalise(schema)
     key = (json.dumps(schema, sort_keys=True, default=str), id(info), lenient)
     if cache and key in _CACHE:

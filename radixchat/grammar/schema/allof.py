@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from .errors import GrammarError
+from ..errors import GrammarError
 
 _MAX = {"minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum"}
 _MIN = {"maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum"}

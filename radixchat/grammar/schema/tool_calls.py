@@ -26,9 +26,10 @@ import json
 import re
 from typing import Any, NamedTuple, TypedDict
 
+from .. import regex as rx
+from ..compiler import CompiledGrammar
+from ..errors import GrammarError
 from . import json_terminals as jt
-from . import regex as rx
-from .errors import GrammarError
 from .json_schema import SchemaCompiler
 from .lark_text import LarkWriter
 
@@ -135,8 +136,6 @@ def compile_tool_call_grammar(
 ):
     """Compile the tool-call grammar for the declared ``tools`` (OpenAI-style dicts or plain
     ``{"name", "description", "parameters"}``). See the module docstring for ``tool_choice``."""
-    from .compiler import CompiledGrammar
-
     text = tool_call_lark(tools, tool_choice, lenient=lenient, parallel=parallel)
     return CompiledGrammar(text, info, source="<tool calls>")
 

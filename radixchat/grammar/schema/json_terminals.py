@@ -20,11 +20,11 @@ from decimal import Decimal
 
 import numpy as np
 
-from . import regex as rx
+from .. import regex as rx
+from ..dfa import ByteDFA, finish, product
+from ..errors import GrammarError
+from ..regex import MAX_CP, Node, Ranges, alt, cat, lit, negate, norm, rep
 from .cpdfa import CodepointDFA
-from .dfa import ByteDFA, finish, product
-from .errors import GrammarError
-from .regex import MAX_CP, Node, Ranges, alt, cat, lit, negate, norm, rep
 
 HEX = "0123456789abcdefABCDEF"
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import re
 
+from .. import regex as rx
+from ..dfa import compile_regex, product
+from ..errors import GrammarError
 from . import json_terminals as jt
-from . import regex as rx
-from .dfa import compile_regex, product
-from .errors import GrammarError
 
 MAX_UNROLL = 2000
 
