@@ -212,7 +212,9 @@ def test_del_may_be_escaped_as_json_dumps_does(smol_info):
                     {"properties": {"k": {"const": 1.0}}, "required": ["k"], "additionalProperties": True},
                 ]
             },
-            "not provably disjoint",
+            # 1 == 1.0: every object valid under one branch is valid under both, and so is every other
+            # kind (no type): nothing is valid, and the oneOf narrowing proves it.
+            "accepts no value",
         ),
     ],
 )
@@ -282,3 +284,61 @@ def test_generated_grammar_is_plain_lark(smol_info):
     parser.parse('{"n": 150}')
     with pytest.raises(lark.exceptions.LarkError):
         parser.parse('{"n": 0}')
+
+
+def test_an_object_that_declares_nothing_takes_any_members(smol_info, smol_tokenizer):
+    g = compile_json_schema(
+        {"type": "object", "properties": {"meta": {"type": "object"}}}, smol_info, cache=False
+    )
+    assert first_rejection(g, smol_tokenizer.encode('{"meta":{"a":[1,{"b":null}],"c":"d"}}')) is None
+    assert first_rejection(g, smol_tokenizer.encode('{"meta":{},"other":1}')) is not None  # declared: closed
+
+
+@pytest.mark.parametrize(
+    ("reading", "extra_ok", "nested_ok"),
+    [("auto", False, True), ("true", True, True), ("false", False, False)],
+)
+def test_the_readings_of_an_absent_additional_properties(
+    smol_info, smol_tokenizer, reading, extra_ok, nested_ok
+):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "m": {"type": "object"}}}
+    g = compile_json_schema(schema, smol_info, cache=False, additional_properties=reading)
+    assert (first_rejection(g, smol_tokenizer.encode('{"a":1,"z":2}')) is None) == extra_ok
+    assert (first_rejection(g, smol_tokenizer.encode('{"m":{"k":1}}')) is None) == nested_ok
+    with pytest.raises(GrammarError, match="additional_properties"):
+        compile_json_schema(schema, smol_info, cache=False, additional_properties="maybe")
+
+
+def test_oneof_of_required_sets_enforces_exactly_one(smol_info, smol_tokenizer):
+    """The common "either a, or b and c" pattern: branches differ only in what they require."""
+    props = {k: {"type": "integer"} for k in ("a", "b", "c")}
+    schema = {"type": "object", "properties": props, "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}
+    g = compile_json_schema(schema, smol_info, cache=False)
+    for doc in ({"a": 1}, {"a": 1, "b": 2}, {"b": 2, "c": 3}):
+        jsonschema.validate(doc, schema)
+        assert first_rejection(g, smol_tokenizer.encode(json.dumps(doc, separators=(",", ":")))) is None
+    for doc in ({"a": 1, "b": 2, "c": 3}, {"b": 2}, {}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, schema)
+        assert first_rejection(g, smol_tokenizer.encode(json.dumps(doc, separators=(",", ":")))) is not None
+
+
+def test_oneof_branches_with_disjoint_enums_or_forbidden_properties_compile(smol_info):
+    compile_json_schema(
+        {"oneOf": [{"type": "string", "enum": ["a", "b"]}, {"type": "string", "enum": ["c"]}]},
+        smol_info,
+        cache=False,
+    )
+    closed = {
+        "type": "object",
+        "properties": {"x": {"type": "string"}},
+        "required": ["x"],
+        "additionalProperties": False,
+    }
+    other = {
+        "type": "object",
+        "properties": {"y": {"type": "string"}},
+        "required": ["y"],
+        "additionalProperties": False,
+    }
+    compile_json_schema({"oneOf": [closed, other]}, smol_info, cache=False)
