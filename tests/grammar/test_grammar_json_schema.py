@@ -8,8 +8,9 @@ import random
 import warnings
 
 import jsonschema
+import numpy as np
 import pytest
-from grammar_helpers import dumps_variants, first_rejection, tokenizations, walk
+from grammar_helpers import brute_mask, dumps_variants, first_rejection, tokenizations, walk
 from grammar_schema_cases import CASES
 
 from radixchat.grammar import GrammarError, GrammarWarning, compile_json_schema, json_schema_to_lark
@@ -235,7 +236,7 @@ def test_oneof_must_be_provably_disjoint(smol_info):
     compile_json_schema({"oneOf": [{"type": "integer"}, {"type": "string"}]}, smol_info, cache=False)
 
 
-def test_overlapping_object_branches_report_the_schema_location(smol_info):
+def test_overlapping_object_branches_compile_with_the_general_parser(smol_info, smol_tokenizer):
     schema = {
         "anyOf": [
             {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
@@ -246,8 +247,28 @@ def test_overlapping_object_branches_report_the_schema_location(smol_info):
             },
         ]
     }
-    with pytest.raises(GrammarError, match="#/anyOf/"):
-        compile_json_schema(schema, smol_info, cache=False)
+    g = compile_json_schema(schema, smol_info, cache=False)
+    assert g.stats()["conflicts"] > 0  # not LALR(1): the parse forks until the branches differ
+    for doc in ('{"a":1}', '{"a":1,"b":"x"}'):
+        assert first_rejection(g, smol_tokenizer.encode(doc)) is None
+    for doc in ('{"b":"x"}', '{"a":1,"b":2}', '{"a":1,"c":1}'):
+        assert first_rejection(g, smol_tokenizer.encode(doc)) is not None
+    arrays = {
+        "anyOf": [
+            {"type": "array", "items": {"type": "integer"}},
+            {"type": "array", "items": {"type": "number"}},
+        ]
+    }
+    forked = compile_json_schema(arrays, smol_info, cache=False)
+    most = 1
+    for grammar, doc in ((g, '{"a":1,"b":"x"}'), (forked, "[1,2.5,3]"), (forked, "[1,2,3]")):
+        m = grammar.matcher()
+        for tid in smol_tokenizer.encode(doc):
+            assert np.array_equal(m.allowed().numpy(), brute_mask(m, smol_info))
+            m.advance(tid)
+            most = max(most, len(m.configs))
+        assert m.is_accepting()
+    assert most > 1  # "[1,2" is an array of integers and of numbers: two parses, one mask
 
 
 def test_properties_follow_schema_order(smol_info, smol_tokenizer):

@@ -589,7 +589,7 @@ def compile_json_schema(
     comp = SchemaCompiler(schema, lenient, additional_properties)
     text = comp.lark()
     try:
-        g = CompiledGrammar(text, info, source="<json schema>", max_states=max_states)
+        g = CompiledGrammar(text, info, source="<json schema>", max_states=max_states, glr=True)
     except GrammarError as e:
         where = comp.w.where_of(str(e))
         if where is None:

@@ -137,7 +137,7 @@ def compile_tool_call_grammar(
     """Compile the tool-call grammar for the declared ``tools`` (OpenAI-style dicts or plain
     ``{"name", "description", "parameters"}``). See the module docstring for ``tool_choice``."""
     text = tool_call_lark(tools, tool_choice, lenient=lenient, parallel=parallel)
-    return CompiledGrammar(text, info, source="<tool calls>")
+    return CompiledGrammar(text, info, source="<tool calls>", glr=True)
 
 
 def parse_tool_calls(text: str) -> ToolCallParse:
