@@ -145,7 +145,9 @@ class CompiledGrammar:
         got = self._choose.get(lex)
         if got is not None:
             return got
-        names = sorted({self.dfa_term[d] for d in SPACE.accepting[lex] if d in self.dfa_term}, key=self._rank.__getitem__)
+        names = sorted(
+            {self.dfa_term[d] for d in SPACE.accepting[lex] if d in self.dfa_term}, key=self._rank.__getitem__
+        )
         got = self._choose[lex] = tuple(names if self.glr else names[:1])
         return got
 
@@ -345,9 +347,7 @@ class CompiledGrammar:
             entries = [self.entry(st, lx) for st, lx in configs]
             mask = np.logical_or.reduce([e.mask for e in entries])
             tensor, view = self.info.intern_mask(mask)
-            got = Entry(
-                tensor, view, any(e.accepting for e in entries), all(e.only_eos for e in entries), 0
-            )
+            got = Entry(tensor, view, any(e.accepting for e in entries), all(e.only_eos for e in entries), 0)
             if len(self._unions) > 4096:
                 self._unions.clear()
             self._unions[configs] = got
@@ -393,7 +393,12 @@ def read_grammar(source: str | Path) -> tuple[str, str]:
 
 
 def compile_grammar(
-    source: str | Path, info: TokenizerInfo, *, start: str = "start", max_states: int = 20_000, glr: bool = False
+    source: str | Path,
+    info: TokenizerInfo,
+    *,
+    start: str = "start",
+    max_states: int = 20_000,
+    glr: bool = False,
 ) -> CompiledGrammar:
     """Compile Lark grammar text, a ``.lark`` path, or the name of a file in ``grammars/``. Strict
     LALR(1) unless ``glr`` (then conflicts fork the parse: see ``CompiledGrammar``)."""

@@ -310,7 +310,9 @@ class SchemaCompiler:
                     continue
                 names = _not_all(self, gen, val, path)
                 if names is None:
-                    self.fail(f"oneOf at {_ptr(path)}: branches {min(i, j)} and {max(i, j)} are not provably disjoint")
+                    self.fail(
+                        f"oneOf at {_ptr(path)}: branches {min(i, j)} and {max(i, j)} are not provably disjoint"
+                    )
                     continue
                 g, _ = self.deref(out[i], path)
                 out[i] = {**g, NOT_ALL: [*g.get(NOT_ALL, []), names]}
