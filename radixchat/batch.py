@@ -30,6 +30,7 @@ from radixchat.chat.backend import ChatBackend, LocalBackend, TurnResult, sampli
 from radixchat.chat.conversation import Conversation
 from radixchat.chat.loading import load_backend, start_backend
 from radixchat.chat.modes import grammar_for
+from radixchat.chat.schema_check import schema_errors
 from radixchat.chat.session import (
     SamplingSettings,
     SessionFile,
@@ -59,6 +60,9 @@ class BatchLine(BaseModel):
     turns: list[str] = Field(min_length=1)
     mode: Literal["chat", "json", "tool"] = "chat"
     json_schema: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    # strict: a keyword the grammar cannot enforce is an error; lenient: enforce what it can and report
+    # what the finished reply breaks in "schema_errors".
+    schema_mode: Literal["strict", "lenient"] = "strict"
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     temperature: float | None = Field(default=None, ge=0.0, le=5.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -76,8 +80,8 @@ class BatchLine(BaseModel):
             raise ValueError(
                 "'system' and 'session' cannot both be given (the session has its system prompt)"
             )
-        if self.json_schema is not None and self.mode != "json":
-            raise ValueError('\'schema\' needs "mode": "json"')
+        if (self.json_schema is not None or "schema_mode" in self.model_fields_set) and self.mode != "json":
+            raise ValueError("'schema' and 'schema_mode' need \"mode\": \"json\"")
         if (self.tools is not None or self.tool_choice is not None) and self.mode != "tool":
             raise ValueError("'tools' and 'tool_choice' need \"mode\": \"tool\"")
         choice = self.tool_choice
@@ -105,6 +109,7 @@ def record(
     result: TurnResult | None = None,
     error: str | None = None,
     tool_turn: ToolTurn | None = None,
+    schema_errors: list[str] | None = None,
 ) -> dict[str, Any]:
     if tool_turn is not None:
         result = tool_turn.final
@@ -123,6 +128,7 @@ def record(
             else None
         ),
         "tool_calls": [c.as_dict() for c in tool_turn.calls] if tool_turn is not None else [],
+        "schema_errors": schema_errors,
         "error": error if error is not None else (result.error if result else None),
     }
 
@@ -314,6 +320,7 @@ class Plan:
     tool_choice: str | dict[str, Any] = "auto"
     ctx: ToolContext = field(default_factory=ToolContext)
     saved: SessionFile | None = None
+    lenient: bool = False
 
 
 class BatchRunner:
@@ -359,6 +366,7 @@ class BatchRunner:
             plan.schema = (
                 spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
             )
+            plan.lenient = spec.schema_mode == "lenient"
         if mode == "tool":
             names = (
                 spec.tools if spec.tools is not None else (saved.tools or None if saved is not None else None)
@@ -367,7 +375,9 @@ class BatchRunner:
             plan.tool_choice = spec.tool_choice if spec.tool_choice is not None else "auto"
         # Compiling checks the schema / tools before any turn runs; each turn gets a fresh matcher.
         decls = [t.schema() for t in plan.tools] or None
-        await asyncio.to_thread(grammar_for, self.backend, mode, plan.schema, decls, plan.tool_choice)
+        await asyncio.to_thread(
+            grammar_for, self.backend, mode, plan.schema, decls, plan.tool_choice, plan.lenient
+        )
         return plan
 
     async def _run(self, job: Job) -> None:
@@ -397,7 +407,10 @@ class BatchRunner:
                 self.progress.turn_done()
                 if result.finish_reason == "error":
                     job.failed = True
-                self.writer.add(job, record(job, turn, result, tool_turn=tool_turn))
+                errors = None
+                if plan.mode == "json" and result.finish_reason != "error":
+                    errors = schema_errors(plan.schema, result.message.content)
+                self.writer.add(job, record(job, turn, result, tool_turn=tool_turn, schema_errors=errors))
                 written += 1
                 if result.finish_reason == "error":
                     break  # the failed turn is in the record, not in the session to continue
@@ -430,7 +443,9 @@ class BatchRunner:
             )
             return tool_turn.final, tool_turn
         plan.conv.add_user(text)
-        grammar = await asyncio.to_thread(grammar_for, self.backend, plan.mode, plan.schema)
+        grammar = await asyncio.to_thread(
+            grammar_for, self.backend, plan.mode, plan.schema, lenient=plan.lenient
+        )
         return await self.backend.reply(plan.conv, plan.params, grammar).result(), None
 
     def _save(self, job: Job, spec: BatchLine, plan: Plan) -> None:

@@ -149,10 +149,11 @@ class LocalBackend:
         schema: Any = None,
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
+        lenient: bool = False,
     ) -> TokenMatcher:
         """A fresh grammar matcher for one reply in ``mode`` (see ``modes.grammar_for``). Compiled on the
         engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
-        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice)
+        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice, lenient)
 
     def reply(
         self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None

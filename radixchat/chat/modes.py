@@ -33,8 +33,12 @@ def grammar_for(
     schema: Any = None,
     tools: list[dict] | None = None,
     tool_choice: str | dict = "auto",
+    lenient: bool = False,
 ) -> Any | None:
-    """The constraint for one reply in ``mode`` (None: unconstrained). Raises ModeError."""
+    """The constraint for one reply in ``mode`` (None: unconstrained). Raises ModeError.
+
+    ``lenient``: schema keywords the grammar cannot enforce (``uniqueItems``, ``not``, ...) are left to
+    a ``jsonschema`` check of the finished reply (``schema_check.schema_errors``) instead of refused."""
     if mode == "chat":
         return None
     if mode not in MODES:
@@ -42,7 +46,7 @@ def grammar_for(
     constraint = getattr(backend, "constraint", None)
     if constraint is None:
         raise ModeError(f"{mode} mode is not available with this backend")
-    return constraint(mode, schema=schema, tools=tools, tool_choice=tool_choice)
+    return constraint(mode, schema=schema, tools=tools, tool_choice=tool_choice, lenient=lenient)
 
 
 class GrammarService:
@@ -109,16 +113,20 @@ class GrammarService:
         schema: Any = None,
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
+        lenient: bool = False,
     ) -> Any:
         from radixchat.grammar import GrammarError, compile_json_schema, compile_tool_call_grammar
 
         try:
             if mode == "json":
-                return compile_json_schema(schema, self.info).matcher()
+                return compile_json_schema(schema, self.info, lenient=lenient).matcher()
             if mode == "tool":
                 if not tools:
                     raise ModeError("tool mode needs at least one declared tool")
-                return compile_tool_call_grammar(tools, self.info, tool_choice=tool_choice).matcher()
+                grammar = compile_tool_call_grammar(
+                    tools, self.info, tool_choice=tool_choice, lenient=lenient
+                )
+                return grammar.matcher()
         except GrammarError as exc:
             raise ModeError(f"{mode} mode: {exc}") from None
         raise ModeError(f"unknown mode '{mode}'")

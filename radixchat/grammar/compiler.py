@@ -82,6 +82,8 @@ class CompiledGrammar:
         #: stands for each of them (generated grammars, whose unions may overlap). Else strict LALR(1)
         #: with Lark's terminal ranking.
         self.glr = glr
+        #: Schema keywords this grammar does not enforce (lenient JSON Schemas; see schema.json_schema).
+        self.not_enforced: tuple[str, ...] = ()
         self.tables: Tables = build_tables(text, source, start, max_states, glr=glr)
         t = self.tables
         self.ignore = frozenset(t.ignore)
@@ -243,11 +245,11 @@ class CompiledGrammar:
             nxt, low = self.after_lexeme(stack, lex)
             lowest = min(lowest, low)
             if nxt:
-                sel = info.ends_first(lex, run)
+                ends = info.ends_first_mask(lex, run)
                 for st2, lex0 in nxt:
                     e = self.entry(st2, lex0)
                     lowest = min(lowest, len(st2) - e.depth)
-                    mask[sel] |= e.mask[sel]
+                    mask |= ends & e.mask
         for k, (pre, ids, offs) in enumerate(run.cross):
             ok, low = self._group_allowed(stack, pre, ("x", lex, k), ids, offs)
             lowest = min(lowest, low)

@@ -36,9 +36,10 @@ class LexerSpace:
         self.rows: list[list[int] | None] = [[DEAD] * 256]
         self.accepting: list[tuple[int, ...]] = [()]
         self.is_start: list[bool] = [False]
-        self._closed: set[int] = {DEAD}
-        self._table = np.zeros((1024, 256), dtype=np.int32)
+        self._table = np.zeros((1024, 256), dtype=np.int32)  # rows materialised on demand (``table``)
         self._acc_np = np.zeros(1024, dtype=bool)
+        self._have = np.zeros(1024, dtype=bool)
+        self._have[DEAD] = True
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -112,32 +113,35 @@ class LexerSpace:
             r = self.row(lex)
         return r[byte]
 
-    def closure(self, lex: int) -> np.ndarray:
-        """Materialise the numpy rows of every state reachable from ``lex``; returns the table."""
-        if lex in self._closed:
+    def table(self, states: np.ndarray) -> np.ndarray:
+        """The numpy transition table, with the rows of ``states`` materialised (lazily: a vocabulary
+        run pays only for the lexer states its tokens reach, never for a big DFA's whole closure)."""
+        if len(self.comps) <= self._have.shape[0] and self._have[states].all():
             return self._table
         with self.lock:
-            todo = [lex]
-            seen = {lex}
-            while todo:
-                s = todo.pop()
-                for t in set(self.row(s)):
-                    if t not in seen and t not in self._closed:
-                        seen.add(t)
-                        todo.append(t)
-            n = len(self.comps)
-            if n > self._table.shape[0]:
-                cap = max(n, 2 * self._table.shape[0])
-                table = np.zeros((cap, 256), dtype=np.int32)
-                table[: self._table.shape[0]] = self._table
-                acc = np.zeros(cap, dtype=bool)
-                acc[: self._acc_np.shape[0]] = self._acc_np
-                self._table, self._acc_np = table, acc
-            for s in seen:
+            self._grow()
+            need = np.unique(states[~self._have[states]]).tolist()
+            for s in need:
+                self.row(s)  # may intern new states: grow again before writing
+            self._grow()
+            for s in need:
                 self._table[s] = self.rows[s]
                 self._acc_np[s] = bool(self.accepting[s])
-            self._closed |= seen
+                self._have[s] = True
         return self._table
+
+    def _grow(self) -> None:
+        n = len(self.comps)
+        if n <= self._have.shape[0]:
+            return
+        cap = max(n, 2 * self._have.shape[0])
+        table = np.zeros((cap, 256), dtype=np.int32)
+        table[: self._table.shape[0]] = self._table
+        acc = np.zeros(cap, dtype=bool)
+        acc[: self._acc_np.shape[0]] = self._acc_np
+        have = np.zeros(cap, dtype=bool)
+        have[: self._have.shape[0]] = self._have
+        self._table, self._acc_np, self._have = table, acc, have
 
     @property
     def accepting_np(self) -> np.ndarray:
@@ -178,7 +182,6 @@ def run(
     died first); for rows that died, ``death`` is the offset of the byte that could not be consumed
     and ``pre`` the lexer state before it (``death`` is -1 for rows that did not die).
     """
-    table = SPACE.closure(lex)
     n = ids.shape[0]
     final = np.zeros(n, dtype=np.int32)
     death = np.full(n, -1, dtype=np.int32)
@@ -194,7 +197,7 @@ def run(
         keep = ~done
         rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
     while rows.size:
-        nxt = table[cur, flat[base + pos]]
+        nxt = SPACE.table(cur)[cur, flat[base + pos]]
         dead = nxt == DEAD
         if dead.any():
             r = rows[dead]
@@ -213,8 +216,10 @@ def run(
 
 
 def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> LexRun:
-    """Compute the ``LexRun`` of a lexer state over all text tokens."""
+    """Compute the ``LexRun`` of a lexer state over the text tokens ``text_ids`` (all those whose first
+    byte can continue the lexeme: the others end it before their first byte, see ``LexRun.cont``)."""
     final, death, pre = run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
+    SPACE.table(np.array([lex], dtype=np.int32))
     inside = final != DEAD
     acc = SPACE.accepting_np
     crossing = (death >= 1) & acc[pre]

@@ -363,3 +363,12 @@ def test_oneof_branches_with_disjoint_enums_or_forbidden_properties_compile(smol
         "additionalProperties": False,
     }
     compile_json_schema({"oneOf": [closed, other]}, smol_info, cache=False)
+
+
+def test_lenient_lists_the_keywords_it_does_not_enforce(smol_info):
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GrammarWarning)
+        g = compile_json_schema(schema, smol_info, lenient=True, cache=False)
+    assert g.not_enforced == ("unsupported keyword 'uniqueItems' at #/uniqueItems",)
+    assert compile_json_schema({"type": "array"}, smol_info, cache=False).not_enforced == ()

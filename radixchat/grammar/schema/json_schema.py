@@ -122,6 +122,8 @@ class SchemaCompiler:
         self.root = root
         self.lenient = lenient
         self.additional_properties = additional_properties
+        #: What lenient mode left to the final validation: one line per keyword ("uniqueItems at #/x").
+        self.not_enforced: list[str] = []
         self.w = LarkWriter()
         self._memo: dict[str, str | None] = {}
         self._ref_rules: dict[str, str] = {}
@@ -140,6 +142,7 @@ class SchemaCompiler:
 
     def fail(self, msg: str) -> None:
         if self.lenient:
+            self.not_enforced.append(msg)
             warnings.warn(msg + " (ignored: lenient)", GrammarWarning, stacklevel=4)
         else:
             raise GrammarError(msg)
@@ -597,6 +600,7 @@ def compile_json_schema(
         if where is None:
             raise
         raise GrammarError(f"schema near {where}: alternatives overlap or are ambiguous ({e})") from None
+    g.not_enforced = tuple(dict.fromkeys(comp.not_enforced))
     if cache:
         _CACHE[key] = g
         if len(_CACHE) > 64:

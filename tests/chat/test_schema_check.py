@@ -1,0 +1,27 @@
+"""The final check of JSON-mode replies (lenient mode's safety net), with JSON Schema's own validator."""
+
+from __future__ import annotations
+
+from radixchat.chat.schema_check import schema_errors
+
+
+def test_a_valid_reply_has_no_errors():
+    assert schema_errors({"type": "array", "uniqueItems": True}, "[1, 2]") == []
+
+
+def test_each_broken_keyword_is_named_with_its_pointer():
+    schema = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "uniqueItems": True}, "n": {"multipleOf": 0.5}},
+        "not": {"required": ["forbidden"]},
+    }
+    errors = schema_errors(schema, '{"tags": [1, 1], "n": 0.3, "forbidden": true}')
+    assert len(errors) == 3
+    assert any(e.startswith("#/tags:") and "(uniqueItems)" in e for e in errors)
+    assert any(e.startswith("#/n:") and "(multipleOf)" in e for e in errors)
+    assert any(e.startswith("#:") and "(not)" in e for e in errors)
+
+
+def test_text_that_is_not_json_says_so():
+    assert schema_errors(None, '{"a": ')[0].startswith("the reply is not JSON")
+    assert schema_errors(None, "[1]") != []  # no schema: any JSON object
