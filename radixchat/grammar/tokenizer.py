@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .errors import GrammarError
-from .lexer import DEAD, SPACE, LexRun, lex_run
+from .lexer import DEAD, SPACE, WIDE, LexRun, lex_run, walk_run
 from .lexer import run as run_rows
 
 
@@ -103,6 +103,10 @@ class TokenizerInfo:
         order = np.argsort(self._first, kind="stable")
         self._by_first = self.text_ids[order]
         self._first_bounds = np.searchsorted(self._first[order], np.arange(257))
+        # The vocabulary sorted by bytes: a prefix's tokens are one range (``lexer.walk_run``).
+        order = sorted(self.text_ids.tolist(), key=self.token_bytes.__getitem__)
+        self._sorted = [self.token_bytes[i] for i in order]
+        self._sorted_ids = np.array(order, dtype=np.int64)
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
         self._runs: dict[int, LexRun] = {}
@@ -161,14 +165,14 @@ class TokenizerInfo:
         run = self._runs.get(lex)
         if run is None:
             live = np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD)
-            if live.size > 64:
-                run = lex_run(lex, self.text_ids, self.flat, self.starts, self.lens)
-            else:
+            if live.size <= WIDE:
+                run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
+            elif live.size <= 64:
                 b = self._first_bounds
-                ids = np.concatenate(
-                    [self._by_first[b[x] : b[x + 1]] for x in live.tolist()] or [self.text_ids[:0]]
-                )
+                ids = np.concatenate([self._by_first[b[x] : b[x + 1]] for x in live.tolist()])
                 run = lex_run(lex, ids, self.flat, self.starts, self.lens)
+            else:
+                run = lex_run(lex, self.text_ids, self.flat, self.starts, self.lens)
             self._runs[lex] = run
         return run
 
