@@ -20,6 +20,7 @@ from lark.parsers.lalr_analysis import LALR_Analyzer, Reduce, Shift
 
 from .errors import GrammarError
 from .lexer import SPACE
+from .limits import check
 
 INF = 1 << 40
 ROOT = "$root"
@@ -95,6 +96,7 @@ def build_tables(
                 f"{source}: {len(analyzer.lr0_itemsets)} LALR states (limit {max_states}); "
                 "avoid `x?`/[x] on many items in one rule, use helper rules"
             )
+        check()
         analyzer.compute_reads_relations()
         analyzer.compute_includes_lookback()
         analyzer.compute_lookaheads()
@@ -136,6 +138,7 @@ def build_tables(
         actions.append(acts)
         gotos.append(gts)
 
+    check()
     terminals: dict[str, Terminal] = {}
     for t in terms:
         pattern = t.pattern.to_regexp()
@@ -248,7 +251,7 @@ def push(tables: Tables, stack: tuple[int, ...], term: str) -> tuple[tuple[int, 
         st = st + (gotos[st[-1]][origin],)
 
 
-MAX_FORKS = 256  # stacks one terminal may lead to (a guard against explosive ambiguity)
+MAX_FORKS = 64  # parses followed at once (a guard against explosive ambiguity: each costs a mask)
 
 
 def push_all(tables: Tables, stack: tuple[int, ...], term: str) -> tuple[list[tuple[int, ...]], int]:

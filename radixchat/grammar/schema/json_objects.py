@@ -33,12 +33,12 @@ def _esc(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-def _pair(comp, key: str, vsym: str) -> str:
+def _pair(comp, key: str, vsym: str, path: str) -> str:
     pairs = comp.pairs
     got = pairs.get((key, vsym))
     if got is None:
         kt = comp.w.terminal(rx.to_regex(jt.exact_string(key)), "K")
-        got = pairs[(key, vsym)] = comp.w.new_rule("p", f"(property {key!r})")
+        got = pairs[(key, vsym)] = comp.w.new_rule("p", f"#{path}/properties/{_esc(key)}")
         comp.w.rule(got, [[kt, '":"', vsym]])
     return got
 
@@ -210,7 +210,7 @@ def _object_rules(
         if maxp is None or c + 1 <= maxp:
             rest = S(i + 1, nxt_count(c), seen | (tracked & (1 << i)))
             if rest is not None:
-                alts.append((['","'] if c > 0 else []) + [_pair(comp, key_name, vsym), rest])
+                alts.append((['","'] if c > 0 else []) + [_pair(comp, key_name, vsym, path), rest])
         if not req:
             rest = S(i + 1, c, seen)
             if rest is not None:
@@ -290,7 +290,7 @@ def literal_structure(comp, v, path: str, sh) -> None:
         for i, (k, val) in enumerate(v.items()):
             if i:
                 parts.append('","')
-            parts.append(_pair(comp, k, comp.emit(comp.literal_shape(val, path), path)))
+            parts.append(_pair(comp, k, comp.emit(comp.literal_shape(val, path), path), path))
         parts.append('"}"')
         name = w.new_rule("c", f"#{path}")
         w.rule(name, [parts])

@@ -23,6 +23,7 @@ from decimal import Decimal
 from .. import regex as rx
 from ..compiler import CompiledGrammar
 from ..errors import GrammarError
+from ..limits import COMPILE_SECONDS, check, deadline
 from . import json_terminals as jt
 from .allof import merge_all_of
 from .json_objects import NOT_ALL, array_shape, literal_structure, object_shape
@@ -217,7 +218,7 @@ class SchemaCompiler:
         if sh.any_string:
             alts.append(self.w.terminal(jt.STRING_RE))
         elif sh.strings:
-            alts.append(self.w.terminal(rx.to_regex(rx.alt(*sh.strings))))
+            alts.append(self.w.terminal(rx.to_regex(rx.alt(*sh.strings)), where=_ptr(path)))
         if sh.any_number:
             alts.append(self.w.terminal(jt.NUMBER_RE))
         elif sh.numbers:
@@ -230,7 +231,7 @@ class SchemaCompiler:
                 else n
                 for n in sh.numbers
             ]
-            alts.append(self.w.terminal(rx.to_regex(rx.cat(rx.alt(*nums), jt.NUMBER_END))))
+            alts.append(self.w.terminal(rx.to_regex(rx.cat(rx.alt(*nums), jt.NUMBER_END)), where=_ptr(path)))
         alts += [f'"{lit}"' for lit in ("true", "false", "null") if lit in sh.literals]
         if sh.empty_object:
             alts.append(self.w.empty("object"))
@@ -249,6 +250,7 @@ class SchemaCompiler:
     # -- shapes -----------------------------------------------------------------------------------------
 
     def shape(self, schema, path: str) -> Shape:
+        check(_ptr(path))
         if schema is True:
             return Shape(any=True)
         if schema is False:
@@ -579,10 +581,12 @@ def compile_json_schema(
     additional_properties: str = "auto",
     cache: bool = True,
     max_states: int = 20_000,
+    max_seconds: float | None = COMPILE_SECONDS,
 ):
     """Compile a JSON Schema (dict, bool, JSON text, or None for "any JSON object") for ``info``.
 
     ``additional_properties`` reads an absent ``additionalProperties`` (``SchemaCompiler.default_additional``).
+    Compiling is bounded (``limits``): past ``max_seconds`` it raises GrammarError.
     Compiled grammars are cached per (schema, tokenizer) -- 64 most recent -- so repeated requests with
     one schema share warm mask caches. Raises GrammarError naming the keyword and JSON pointer.
     """
@@ -592,14 +596,15 @@ def compile_json_schema(
         _CACHE.move_to_end(key)
         return _CACHE[key]
     comp = SchemaCompiler(schema, lenient, additional_properties)
-    text = comp.lark()
-    try:
-        g = CompiledGrammar(text, info, source="<json schema>", max_states=max_states, glr=True)
-    except GrammarError as e:
-        where = comp.w.where_of(str(e))
-        if where is None:
-            raise
-        raise GrammarError(f"schema near {where}: alternatives overlap or are ambiguous ({e})") from None
+    with deadline(max_seconds, "schema"):
+        text = comp.lark()  # its errors name the keyword and pointer
+        try:
+            g = CompiledGrammar(text, info, source="<json schema>", max_states=max_states, glr=True)
+        except GrammarError as e:
+            where = comp.w.where_of(str(e))
+            if where is None:
+                raise
+            raise GrammarError(f"schema near {where}: {e}") from None
     g.not_enforced = tuple(dict.fromkeys(comp.not_enforced))
     if cache:
         _CACHE[key] = g
