@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -115,11 +116,18 @@ class GrammarService:
         tool_choice: str | dict = "auto",
         lenient: bool = False,
     ) -> Any:
-        from radixchat.grammar import GrammarError, compile_json_schema, compile_tool_call_grammar
+        from radixchat.grammar import (
+            GrammarError,
+            GrammarWarning,
+            compile_json_schema,
+            compile_tool_call_grammar,
+        )
 
         try:
             if mode == "json":
-                return compile_json_schema(schema, self.info, lenient=lenient).matcher()
+                with warnings.catch_warnings():  # lenient: what it ignores is the grammar's not_enforced
+                    warnings.simplefilter("ignore", GrammarWarning)
+                    return compile_json_schema(schema, self.info, lenient=lenient).matcher()
             if mode == "tool":
                 if not tools:
                     raise ModeError("tool mode needs at least one declared tool")

@@ -12,6 +12,44 @@ from typing import Any
 
 MAX_ERRORS = 20
 
+#: Keywords the grammar cannot enforce (``radixchat.grammar.schema.json_schema.UNSUPPORTED``; a test
+#: keeps the two equal: the grammar package imports torch, this module must not).
+UNENFORCED = frozenset(
+    {
+        "uniqueItems", "contains", "minContains", "maxContains", "not", "if", "then", "else",
+        "dependencies", "dependentRequired", "dependentSchemas", "unevaluatedProperties",
+        "unevaluatedItems", "$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor",
+        "multipleOf",
+    }
+)  # fmt: skip
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_ONE = ("additionalProperties", "items", "additionalItems", "propertyNames", "not", "if", "then",
+               "else", "contains", "unevaluatedProperties", "unevaluatedItems")  # fmt: skip
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+
+
+def unenforced_keywords(schema: Any, path: str = "#") -> list[str]:
+    """Where ``schema`` uses keywords the grammar cannot enforce: ``["uniqueItems at #/tags", ...]``
+    (what lenient mode leaves to ``schema_errors``; a ``oneOf`` that may overlap shows only when compiled)."""
+    out: list[str] = []
+    if not isinstance(schema, dict):
+        return out
+    for kw in schema:
+        if kw in UNENFORCED and not (kw == "multipleOf" and schema[kw] == 1):
+            out.append(f"{kw} at {path}")
+    for kw in _SCHEMA_MAPS:
+        if isinstance(schema.get(kw), dict):
+            for name, sub in schema[kw].items():
+                out += unenforced_keywords(sub, f"{path}/{kw}/{name}")
+    for kw in _SCHEMA_ONE:
+        if isinstance(schema.get(kw), dict):
+            out += unenforced_keywords(schema[kw], f"{path}/{kw}")
+    for kw in _SCHEMA_LISTS:
+        if isinstance(schema.get(kw), list):
+            for i, sub in enumerate(schema[kw]):
+                out += unenforced_keywords(sub, f"{path}/{kw}/{i}")
+    return out
+
 
 def schema_errors(schema: Any, text: str) -> list[str]:
     """Why ``text`` fails ``schema``, one line each (``[]``: valid). ``None`` means any JSON object."""

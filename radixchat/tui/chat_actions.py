@@ -14,10 +14,12 @@ from textual import work
 
 from radixchat.chat.conversation import Message
 from radixchat.chat.modes import MODES, Mode, ModeError, grammar_for
+from radixchat.chat.schema_check import schema_errors, unenforced_keywords
 from radixchat.errors import RadixchatError
 from radixchat.tui.backend import make_params
 from radixchat.tui.messages import EditRequested, PromptSubmitted, RegenerateRequested, TurnFinished
 from radixchat.tui.screens.branches import BranchesScreen
+from radixchat.tui.screens.dialogs import ConfirmDialog
 from radixchat.tui.screens.schema import SchemaScreen
 from radixchat.tui.state import ensure_prompt
 from radixchat.tui.tool_actions import declare_tools
@@ -41,8 +43,10 @@ class ChatActions(_Base):
         self.state.mode = mode
         await self.probe_mode()
         self.update_status()
-        if self.mode_problem:
+        if self.mode_problem and not self.offer_lenient(self.mode_problem):
             self.notify(self.mode_problem, title=f"{mode} mode", severity="warning")
+        elif not self.mode_problem:
+            self.lenient_notice()
 
     async def action_cycle_mode(self) -> None:
         await self.action_set_mode(self.state.next_mode())
@@ -60,9 +64,50 @@ class ChatActions(_Base):
         s = self.state
         tools = self.tool_declarations() if s.mode == "tool" else None
         try:
-            return await asyncio.to_thread(grammar_for, self.backend, s.mode, s.schema, tools, s.tool_choice)
+            return await asyncio.to_thread(
+                grammar_for,
+                self.backend,
+                s.mode,
+                s.schema,
+                tools,
+                s.tool_choice,
+                s.lenient and s.mode == "json",
+            )
         except ModeError as exc:
             return str(exc)
+
+    def offer_lenient(self, problem: str) -> bool:
+        """A strict schema failed on what only lenient mode can run: ask the user (True: asked)."""
+        s = self.state
+        if (
+            s.mode != "json"
+            or s.lenient
+            or not ("unsupported keyword" in problem or "not provably" in problem)
+        ):
+            return False
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                s.lenient = True
+                self.run_worker(self.action_set_mode("json"))
+
+        question = (
+            f"{problem}\n\nRun this schema leniently? The grammar enforces what it can; each reply is then "
+            "checked against the whole schema and what it breaks is shown."
+        )
+        self.push_screen(ConfirmDialog(question, yes="Run leniently"), answer)
+        return True
+
+    def lenient_notice(self) -> None:
+        s = self.state
+        if s.mode == "json" and s.lenient:
+            missing = unenforced_keywords(s.schema) or ["a oneOf whose branches may overlap"]
+            self.notify(
+                "Not enforced while generating (checked after each reply): " + "; ".join(missing),
+                title="Lenient JSON mode",
+                severity="warning",
+                timeout=12,
+            )
 
     def action_mode_input(self) -> None:
         if self.state.mode == "json":
@@ -73,7 +118,7 @@ class ChatActions(_Base):
     def action_edit_schema(self) -> None:
         def done(result: tuple[Any] | None) -> None:
             if result is not None:
-                self.state.schema = result[0]
+                self.state.schema, self.state.lenient = result[0], False
                 self.notify(
                     "Replies follow the schema" if result[0] is not None else "Replies are any JSON",
                     title="JSON mode",
@@ -99,11 +144,12 @@ class ChatActions(_Base):
         if isinstance(grammar, str):
             self.mode_problem = grammar
             self.update_status()
-            self.notify(
-                f"{grammar} — switch mode with Ctrl+T. Your message is kept.",
-                title=f"{s.mode} mode",
-                severity="error",
-            )
+            if not self.offer_lenient(grammar):
+                self.notify(
+                    f"{grammar} — switch mode with Ctrl+T. Your message is kept.",
+                    title=f"{s.mode} mode",
+                    severity="error",
+                )
             return False
         editing = s.editing
         conv = s.conv.truncated(editing) if editing is not None else s.conv
@@ -211,6 +257,12 @@ class ChatActions(_Base):
         result = event.result
         if result is not None and result.finish_reason == "error":
             self.notify(result.error or "the reply failed", title="Reply failed", severity="error")
+        elif result is not None and self.state.mode == "json" and self.state.lenient:
+            errors = await asyncio.to_thread(schema_errors, self.state.schema, result.message.content)
+            if errors:
+                self.notify(
+                    "\n".join(errors), title="The reply breaks the schema", severity="warning", timeout=15
+                )
         await self.autosave()
         self.refresh_panels()
         self.turns_finished += 1  # last: a turn is over for tests and scripts once this moves

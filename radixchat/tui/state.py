@@ -84,6 +84,9 @@ class ChatState:
     model: str = ""
     mode: Mode = "chat"
     schema: dict[str, Any] | bool | None = None
+    # JSON mode runs the schema leniently (the user agreed): keywords the grammar cannot enforce are
+    # checked on each finished reply instead (chat/schema_check.py).
+    lenient: bool = False
     # Tool mode: the offered tools (None: the built-ins) and tool_choice ("auto", "required", "none" or
     # {"name": TOOL}). The names are saved with the session; the choice lives as long as the app.
     tool_names: list[str] | None = None

@@ -25,3 +25,27 @@ def test_each_broken_keyword_is_named_with_its_pointer():
 def test_text_that_is_not_json_says_so():
     assert schema_errors(None, '{"a": ')[0].startswith("the reply is not JSON")
     assert schema_errors(None, "[1]") != []  # no schema: any JSON object
+
+
+def test_unenforced_keywords_are_found_where_they_are():
+    from radixchat.chat.schema_check import unenforced_keywords
+
+    schema = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "uniqueItems": True}, "n": {"multipleOf": 1}},
+        "anyOf": [{"not": {"required": ["x"]}}],
+        "$defs": {"d": {"if": {"type": "string"}, "then": {"minLength": 1}}},
+    }
+    assert unenforced_keywords(schema) == [
+        "uniqueItems at #/properties/tags",
+        "if at #/$defs/d",
+        "then at #/$defs/d",
+        "not at #/anyOf/0",
+    ]
+
+
+def test_the_torch_free_keyword_list_is_the_grammars():
+    from radixchat.chat.schema_check import UNENFORCED
+    from radixchat.grammar.schema.json_schema import UNSUPPORTED
+
+    assert UNENFORCED == UNSUPPORTED
