@@ -79,11 +79,7 @@ class ChatActions(_Base):
     def offer_lenient(self, problem: str) -> bool:
         """A strict schema failed on what only lenient mode can run: ask the user (True: asked)."""
         s = self.state
-        if (
-            s.mode != "json"
-            or s.lenient
-            or not ("unsupported keyword" in problem or "not provably" in problem)
-        ):
+        if s.mode != "json" or s.lenient or not ("unsupported " in problem or "not provably" in problem):
             return False
 
         def answer(yes: bool | None) -> None:

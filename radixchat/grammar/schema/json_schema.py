@@ -412,6 +412,8 @@ class SchemaCompiler:
         for fmt in [formats] if isinstance(formats, str) else formats:
             if fmt in jt.FORMATS:
                 contents.append(jt.format_ast(fmt))
+            elif fmt in jt.UNENFORCED_FORMATS:
+                self.fail(f"unsupported format '{fmt}' at {_ptr(path)}/format")
             else:
                 warnings.warn(
                     f"format {fmt!r} at {_ptr(path)}/format is not enforced", GrammarWarning, stacklevel=3
