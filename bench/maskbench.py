@@ -252,10 +252,15 @@ def worker(name: str, files: list[str], out: Path, time_limit: int) -> None:
             f.flush()
 
 
-def run_engine(name: str, files: list[Path], out: Path, time_limit: int) -> None:
-    """Run the worker until every file has a record; a schema that kills it is recorded as a timeout."""
-    out.unlink(missing_ok=True)
-    todo = [str(f) for f in files]
+def run_engine(name: str, files: list[Path], out: Path, time_limit: int, resume: bool = False) -> None:
+    """Run the worker until every file has a record; a schema that kills it is recorded as a timeout.
+    ``resume`` keeps the records already in ``out`` and runs only the files without one."""
+    if not resume:
+        out.unlink(missing_ok=True)
+    have = set()
+    if out.exists():
+        have = {json.loads(line).get("file") for line in out.read_text().splitlines()}
+    todo = [str(f) for f in files if f.name not in have]
     while todo:
         lst = out.with_suffix(".todo")
         cmd = [
@@ -363,6 +368,9 @@ def main() -> None:
     ap.add_argument("--time-limit", type=int, default=120, help="seconds per schema and engine")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the per-schema records go")
     ap.add_argument("--table-only", action="store_true", help="print the table of existing records")
+    ap.add_argument(
+        "--resume", action="store_true", help="keep existing records, run only the missing schemas"
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--files", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -381,7 +389,7 @@ def main() -> None:
         print(f"maskbench: {len(sample)} of {len(files)} schemas, seed {args.seed}", file=sys.stderr)
         for name in engines:
             t0 = time.time()
-            run_engine(name, sample, args.out / f"maskbench-{name}.jsonl", args.time_limit)
+            run_engine(name, sample, args.out / f"maskbench-{name}.jsonl", args.time_limit, args.resume)
             print(f"maskbench: {name} done in {time.time() - t0:.0f} s", file=sys.stderr)
     print(table({name: summarize(args.out / f"maskbench-{name}.jsonl") for name in engines}))
 
