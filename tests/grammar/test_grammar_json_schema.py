@@ -372,3 +372,12 @@ def test_lenient_lists_the_keywords_it_does_not_enforce(smol_info):
         g = compile_json_schema(schema, smol_info, lenient=True, cache=False)
     assert g.not_enforced == ("unsupported keyword 'uniqueItems' at #/uniqueItems",)
     assert compile_json_schema({"type": "array"}, smol_info, cache=False).not_enforced == ()
+
+
+def test_a_huge_max_length_compiles_as_a_narrower_bound(smol_info, smol_tokenizer):
+    """Each count is a DFA state: maxLength 32767 is generated as MAX_STRING_BOUND (valid values only)."""
+    from radixchat.grammar.schema.json_schema import MAX_STRING_BOUND
+
+    g = compile_json_schema({"type": "string", "maxLength": 32767}, smol_info, cache=False)
+    assert first_rejection(g, smol_tokenizer.encode(json.dumps("a" * MAX_STRING_BOUND))) is None
+    assert first_rejection(g, smol_tokenizer.encode(json.dumps("a" * (MAX_STRING_BOUND + 1)))) is not None

@@ -106,6 +106,9 @@ def _ptr(path: str) -> str:
     return "#" + path
 
 
+#: Longer ``maxLength`` bounds are generated as this one (valid values only, fewer of the longest).
+MAX_STRING_BOUND = 512
+
 #: Readings of an absent ``additionalProperties`` (see ``SchemaCompiler.default_additional``).
 ADDITIONAL_PROPERTIES = ("auto", "false", "true")
 
@@ -404,6 +407,8 @@ class SchemaCompiler:
         hi = None if hi is None else int(hi)
         if hi is not None and hi < lo:
             return
+        if hi is not None and hi > MAX_STRING_BOUND >= lo:
+            hi = MAX_STRING_BOUND  # a narrowing: each count is a DFA state, and 32,767 of them do not fit
         contents: list = []
         patterns = schema.get("pattern", [])
         for p in [patterns] if isinstance(patterns, str) else patterns:
