@@ -29,6 +29,9 @@ class BatchLine(BaseModel):
     turns: list[str] = Field(min_length=1)
     mode: Literal["chat", "json", "tool"] = "chat"
     json_schema: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    # strict: a keyword the grammar cannot enforce is an error; lenient: enforce what it can and report
+    # what the finished reply breaks in "schema_errors".
+    schema_mode: Literal["strict", "lenient"] = "strict"
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     temperature: float | None = Field(default=None, ge=0.0, le=5.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -46,8 +49,8 @@ class BatchLine(BaseModel):
             raise ValueError(
                 "'system' and 'session' cannot both be given (the session has its system prompt)"
             )
-        if self.json_schema is not None and self.mode != "json":
-            raise ValueError('\'schema\' needs "mode": "json"')
+        if (self.json_schema is not None or "schema_mode" in self.model_fields_set) and self.mode != "json":
+            raise ValueError("'schema' and 'schema_mode' need \"mode\": \"json\"")
         if (self.tools is not None or self.tool_choice is not None) and self.mode != "tool":
             raise ValueError("'tools' and 'tool_choice' need \"mode\": \"tool\"")
         choice = self.tool_choice

@@ -27,6 +27,7 @@ def record(
     result: TurnResult | None = None,
     error: str | None = None,
     tool_turn: ToolTurn | None = None,
+    schema_errors: list[str] | None = None,
 ) -> dict[str, Any]:
     if tool_turn is not None:
         result = tool_turn.final
@@ -45,6 +46,7 @@ def record(
             else None
         ),
         "tool_calls": [c.as_dict() for c in tool_turn.calls] if tool_turn is not None else [],
+        "schema_errors": schema_errors,
         "error": error if error is not None else (result.error if result else None),
     }
 

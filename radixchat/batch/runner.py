@@ -13,6 +13,7 @@ from radixchat.batch.input import BatchLine, Job, id_note
 from radixchat.batch.output import Progress, Writer, record
 from radixchat.chat.backend import ChatBackend, TurnResult, grammar_for, sampling_params
 from radixchat.chat.conversation import Conversation
+from radixchat.chat.schema_check import schema_errors
 from radixchat.chat.session import SamplingSettings, conversation_from_session, load_session
 from radixchat.chat.session_state import SessionState, ToolChoice
 from radixchat.chat.tool_turn import ToolTurn, run_tool_turn
@@ -33,6 +34,9 @@ class Plan(SessionState):
     # The tool_choice the turns run with: the line's, else "auto". (The saved file keeps the continued
     # session's own, as ``tool_choice``.)
     run_tool_choice: ToolChoice = "auto"
+    # The line's "schema_mode" is "lenient": keywords the grammar cannot enforce are checked on each
+    # finished reply instead ("schema_errors").
+    lenient: bool = False
 
 
 class BatchRunner:
@@ -92,6 +96,7 @@ class BatchRunner:
             plan.schema = (
                 spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
             )
+            plan.lenient = spec.schema_mode == "lenient"
         if mode == "tool":
             names = (
                 spec.tools if spec.tools is not None else (saved.tools or None if saved is not None else None)
@@ -101,7 +106,9 @@ class BatchRunner:
             plan.run_tool_choice = spec.tool_choice if spec.tool_choice is not None else "auto"
         # Compiling checks the schema / tools before any turn runs; each turn gets a fresh matcher.
         decls = [t.schema() for t in plan.tools] or None
-        await asyncio.to_thread(grammar_for, backend, mode, plan.schema, decls, plan.run_tool_choice)
+        await asyncio.to_thread(
+            grammar_for, backend, mode, plan.schema, decls, plan.run_tool_choice, plan.lenient
+        )
         return plan
 
     async def _run(self, job: Job) -> None:
@@ -131,7 +138,10 @@ class BatchRunner:
                 self.progress.turn_done()
                 if result.finish_reason == "error":
                     job.failed = True
-                self.writer.add(job, record(job, turn, result, tool_turn=tool_turn))
+                errors = None
+                if plan.mode == "json" and result.finish_reason != "error":
+                    errors = schema_errors(plan.schema, result.message.content)
+                self.writer.add(job, record(job, turn, result, tool_turn=tool_turn, schema_errors=errors))
                 written += 1
                 if result.finish_reason == "error":
                     break  # the failed turn is in the record, not in the session to continue
@@ -164,7 +174,9 @@ class BatchRunner:
             )
             return tool_turn.final, tool_turn
         plan.conv.add_user(text)
-        grammar = await asyncio.to_thread(grammar_for, self.backend, plan.mode, plan.schema)
+        grammar = await asyncio.to_thread(
+            grammar_for, self.backend, plan.mode, plan.schema, lenient=plan.lenient
+        )
         return await self.backend.reply(plan.conv, plan.params, grammar).result(), None
 
     def _save(self, job: Job, spec: BatchLine, plan: Plan) -> None:

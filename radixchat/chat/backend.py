@@ -112,8 +112,11 @@ class ChatBackend(ABC):
         schema: Any = None,
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
+        lenient: bool = False,
     ) -> Constraint:
         """A fresh constraint for one reply in ``mode`` (``json`` or ``tool``; see ``grammar_for``).
+        ``lenient``: enforce what the constraint can of the schema and leave the rest to the check of the
+        finished reply (``schema_check.schema_errors``) instead of refusing it.
         May block for a while (compiling a grammar): call it off the event loop. Raises ModeError."""
         raise ModeError(f"{mode} mode is not available with this backend")
 
@@ -144,15 +147,19 @@ def grammar_for(
     schema: Any = None,
     tools: list[dict] | None = None,
     tool_choice: str | dict = "auto",
+    lenient: bool = False,
 ) -> Constraint | None:
     """The constraint for one reply in ``mode`` (None: unconstrained chat). Compiling may take ~0.2 s the
     first time for a tokenizer (its token table) and ~20 ms per new schema, so front ends call it off the
-    event loop. Raises ModeError."""
+    event loop. Raises ModeError.
+
+    ``lenient``: schema keywords the grammar cannot enforce (``uniqueItems``, ``not``, ...) are left to
+    a ``jsonschema`` check of the finished reply (``schema_check.schema_errors``) instead of refused."""
     if mode == "chat":
         return None
     if mode not in MODES:
         raise ModeError(f"unknown mode '{mode}' (choose from {', '.join(MODES)})")
-    return backend.constraint(mode, schema=schema, tools=tools, tool_choice=tool_choice)
+    return backend.constraint(mode, schema=schema, tools=tools, tool_choice=tool_choice, lenient=lenient)
 
 
 def sampling_params(settings: Any, **overrides: Any) -> SamplingParams:

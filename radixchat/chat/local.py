@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import threading
+import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,16 +100,27 @@ class GrammarService:
         schema: Any = None,
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
+        lenient: bool = False,
     ) -> Any:
-        from radixchat.grammar import GrammarError, compile_json_schema, compile_tool_call_grammar
+        from radixchat.grammar import (
+            GrammarError,
+            GrammarWarning,
+            compile_json_schema,
+            compile_tool_call_grammar,
+        )
 
         try:
             if mode == "json":
-                return compile_json_schema(schema, self.info).matcher()
+                with warnings.catch_warnings():  # lenient: what it ignores is the grammar's not_enforced
+                    warnings.simplefilter("ignore", GrammarWarning)
+                    return compile_json_schema(schema, self.info, lenient=lenient).matcher()
             if mode == "tool":
                 if not tools:
                     raise ModeError("tool mode needs at least one declared tool")
-                return compile_tool_call_grammar(tools, self.info, tool_choice=tool_choice).matcher()
+                grammar = compile_tool_call_grammar(
+                    tools, self.info, tool_choice=tool_choice, lenient=lenient
+                )
+                return grammar.matcher()
         except GrammarError as exc:
             raise ModeError(f"{mode} mode: {exc}") from None
         raise ModeError(f"unknown mode '{mode}'")
@@ -203,10 +215,11 @@ class LocalBackend(ChatBackend):
         schema: Any = None,
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
+        lenient: bool = False,
     ) -> TokenMatcher:
         """A fresh grammar matcher for one reply in ``mode`` (see ``backend.grammar_for``). Compiled on the
         engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
-        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice)
+        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice, lenient)
 
     def reply(
         self, conv: Conversation, params: SamplingParams, constraint: TokenMatcher | None = None

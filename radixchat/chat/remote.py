@@ -162,8 +162,10 @@ class RemoteBackend(ChatBackend):
         schema: Any = None,
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
+        lenient: bool = False,
     ) -> dict[str, Any]:
-        """Request fields for one reply in ``mode`` (see ``backend.grammar_for``). Raises ModeError."""
+        """Request fields for one reply in ``mode`` (see ``backend.grammar_for``). Raises ModeError.
+        ``lenient`` changes nothing here: the server enforces what it can, the reply is checked after."""
         if mode == "json":
             if schema is None or schema is True or schema == {}:
                 return {"response_format": {"type": "json_object"}}

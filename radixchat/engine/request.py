@@ -35,6 +35,10 @@ class TokenMatcher(Protocol):
     """What the sampler needs from a grammar (``radixchat.grammar`` provides one; the engine never
     imports it)."""
 
+    #: True when the last ``allowed(remaining)`` removed tokens only because the budget ran low: an EOS
+    #: taken then ends an output the model was not done with (the engine reports ``length``).
+    budget_limited: bool
+
     def allowed(self, remaining: int | None = None) -> torch.Tensor:
         """Bool mask ``[vocab_size]`` on CPU; ``remaining`` tokens may still be generated (incl. EOS)."""
         ...

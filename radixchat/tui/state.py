@@ -78,6 +78,9 @@ def ensure_prompt(conv: Conversation) -> None:
 
 @dataclass
 class ChatState(SessionState):
+    # JSON mode runs the schema leniently (the user agreed): keywords the grammar cannot enforce are
+    # checked on each finished reply instead (chat/schema_check.py). Not saved with the session.
+    lenient: bool = False
     allowed_tools: set[str] = field(default_factory=set)  # "always allow" answers, this session only
     system_prompt: str | None = None
     session_name: str | None = None

@@ -43,6 +43,10 @@ class TurnHost(ChatHost, Protocol):
         """The next reply's constraint in the current mode, or why the mode cannot be used."""
         ...
 
+    def offer_lenient(self, problem: str) -> bool:
+        """Offer to run a schema that strict mode refused leniently (True: the user is asked)."""
+        ...
+
     def run_worker(
         self, work: Coroutine[Any, Any, Any], *, group: str = "default", exit_on_error: bool = True
     ) -> Worker[Any]: ...
@@ -66,11 +70,12 @@ class TurnControl:
         if isinstance(constraint, str):
             host.mode_problem = constraint
             host.update_status()
-            host.notify(
-                f"{constraint} — switch mode with Ctrl+T. Your message is kept.",
-                title=f"{s.mode} mode",
-                severity="error",
-            )
+            if not host.offer_lenient(constraint):
+                host.notify(
+                    f"{constraint} — switch mode with Ctrl+T. Your message is kept.",
+                    title=f"{s.mode} mode",
+                    severity="error",
+                )
             return False
         editing = s.editing
         conv = s.conv.truncated(editing) if editing is not None else s.conv

@@ -287,7 +287,13 @@ class ToolFakeBackend(FakeBackend):
         self.constraints: list[tuple[str, list[str], Any]] = []  # (mode, tool names, tool_choice)
 
     def constraint(
-        self, mode: str, *, schema: Any = None, tools: Any = None, tool_choice: Any = "auto"
+        self,
+        mode: str,
+        *,
+        schema: Any = None,
+        tools: Any = None,
+        tool_choice: Any = "auto",
+        lenient: bool = False,
     ) -> Any:
         self.constraints.append((mode, [t["name"] for t in tools or []], tool_choice))
         return ("grammar", mode)

@@ -134,3 +134,41 @@ async def test_a_tool_call_on_the_real_engine_runs_the_calculator(smol, tui_env)
 
 def block_title_ok(block: ToolCallBlock) -> bool:
     return str(block.title).split(" ", 1)[1].startswith("calculator(expression=")
+
+
+async def test_a_schema_with_unenforceable_keywords_asks_and_runs_leniently(smol, tui_env):
+    """Strict refuses uniqueItems; the app asks, and once the user agrees it runs the schema leniently,
+    shows which keywords are not enforced, and checks the reply against the whole schema."""
+    from radixchat.tui.screens.dialogs import ConfirmDialog
+
+    settings = Settings.load({"sessions_dir": str(tui_env / "sessions"), "temperature": 0, "max_tokens": 24})
+    backend = LocalBackend(Engine(smol[0], EngineConfig(kv_pool_tokens=4096)))
+    app = RadixChatApp(settings, backend_factory=lambda s, p: backend, panel_interval=None)
+    notices: list[tuple[str, str]] = []
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        shown = app.notify
+        app.notify = lambda message, **kw: (
+            notices.append((kw.get("title", ""), message)),
+            shown(message, **kw),
+        )
+        app.chat.state.schema = {
+            "type": "array",
+            "items": {"type": "integer"},
+            "uniqueItems": True,
+            "maxItems": 3,
+        }
+        await app.chat.action_set_mode("json")
+        await wait_until(lambda: isinstance(app.screen, ConfirmDialog), pilot=pilot, timeout=10)
+        await pilot.press("y")
+        await wait_until(
+            lambda: app.chat.state.lenient and app.chat.mode_problem is None, pilot=pilot, timeout=30
+        )
+        await wait_until(lambda: any(t == "Lenient JSON mode" for t, _ in notices), pilot=pilot, timeout=10)
+        assert any("uniqueItems at #" in m for t, m in notices if t == "Lenient JSON mode")
+        await say(app, pilot, "Three numbers as a JSON array.")
+        items = json.loads(app.chat.transcript.last_assistant().message.content)
+        assert isinstance(items, list) and all(isinstance(i, int) for i in items)
+        broke = any(t == "The reply breaks the schema" for t, _ in notices)
+        assert broke == (len(set(items)) != len(items))
+        await pilot.press("ctrl+q")

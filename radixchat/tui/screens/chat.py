@@ -5,9 +5,9 @@ ready (``backend_ready``); everything about the conversation happens here. A rep
 the event loop (the model runs in the engine's thread, or on a server); Esc cancels it and what was
 generated is kept: the turns (send, regenerate, edit, stop) are ``TurnControl``'s, which holds the reply
 in flight. Each finished turn is saved (``SessionKeeper``); the session actions (save as, open, new chat,
-export, the per-session settings) are ``SessionControl``'s. The side panel shows ``backend.stats()`` and
-``backend.cached_path()`` (or ``backend.totals()`` for a backend without an engine), refreshed on the
-app's timer.
+export, the per-session settings) are ``SessionControl``'s; lenient JSON mode is ``tui/lenient.py``'s.
+The side panel shows ``backend.stats()`` and ``backend.cached_path()`` (or ``backend.totals()`` for a
+backend without an engine), refreshed on the app's timer.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from radixchat.chat.session import SessionFile
 from radixchat.chat.tools import Tool
 from radixchat.config import Settings
 from radixchat.tui.in_flight import ReplyInFlight
+from radixchat.tui.lenient import check_reply, lenient_notice, offer_lenient
 from radixchat.tui.messages import (
     ChatShown,
     EditRequested,
@@ -216,8 +217,10 @@ class ChatScreen(Screen[None]):
         self.state.mode = mode
         await self.probe_mode()
         self.update_status()
-        if self.mode_problem:
+        if self.mode_problem and not self.offer_lenient(self.mode_problem):
             self.notify(self.mode_problem, title=f"{mode} mode", severity="warning")
+        elif not self.mode_problem:
+            lenient_notice(self)
 
     async def action_cycle_mode(self) -> None:
         await self.action_set_mode(self.state.next_mode())
@@ -235,9 +238,21 @@ class ChatScreen(Screen[None]):
         s = self.state
         tools = self.tool_declarations() if s.mode == "tool" else None
         try:
-            return await asyncio.to_thread(grammar_for, self.backend, s.mode, s.schema, tools, s.tool_choice)
+            return await asyncio.to_thread(
+                grammar_for,
+                self.backend,
+                s.mode,
+                s.schema,
+                tools,
+                s.tool_choice,
+                s.lenient and s.mode == "json",
+            )
         except ModeError as exc:
             return str(exc)
+
+    def offer_lenient(self, problem: str) -> bool:
+        """Offer to run a schema that strict mode refused leniently (True: the user is asked)."""
+        return offer_lenient(self, problem)
 
     def action_mode_input(self) -> None:
         if self.state.mode == "json":
@@ -248,7 +263,7 @@ class ChatScreen(Screen[None]):
     def action_edit_schema(self) -> None:
         def done(result: tuple[Any] | None) -> None:
             if result is not None:
-                self.state.schema = result[0]
+                self.state.schema, self.state.lenient = result[0], False
                 self.notify(
                     "Replies follow the schema" if result[0] is not None else "Replies are any JSON",
                     title="JSON mode",
@@ -291,6 +306,8 @@ class ChatScreen(Screen[None]):
         result = event.result
         if result is not None and result.finish_reason == "error":
             self.notify(result.error or "the reply failed", title="Reply failed", severity="error")
+        elif result is not None:
+            await check_reply(self, result)
         await self.sessions.autosave()
         self.refresh_panels()
         self.turns_finished += 1  # last: a turn is over for tests and scripts once this moves

@@ -25,9 +25,10 @@ import json
 
 from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN, ToolCall, ToolCallParse, parse_tool_calls
 
+from .. import regex as rx
+from ..compiler import CompiledGrammar
+from ..errors import GrammarError
 from . import json_terminals as jt
-from . import regex as rx
-from .errors import GrammarError
 from .json_schema import SchemaCompiler
 from .lark_text import LarkWriter
 
@@ -121,7 +122,5 @@ def compile_tool_call_grammar(
 ):
     """Compile the tool-call grammar for the declared ``tools`` (OpenAI-style dicts or plain
     ``{"name", "description", "parameters"}``). See the module docstring for ``tool_choice``."""
-    from .compiler import CompiledGrammar
-
     text = tool_call_lark(tools, tool_choice, lenient=lenient, parallel=parallel)
-    return CompiledGrammar(text, info, source="<tool calls>")
+    return CompiledGrammar(text, info, source="<tool calls>", glr=True)
