@@ -25,10 +25,7 @@ PACKAGE = Path(radixchat.__file__).parent
 TUI = PACKAGE / "tui"
 
 # Cycles another issue is untying: none may be added, and an entry must go once its cycle is gone.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # issue 13 (the grammar package) unties budget -> compiler -> matcher -> budget.
-    frozenset({"radixchat.grammar.budget", "radixchat.grammar.compiler", "radixchat.grammar.matcher"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def module_name(path: Path) -> str:

@@ -6,15 +6,56 @@ It satisfies the engine's ``TokenMatcher`` protocol (``allowed``, ``advance``, `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from .errors import GrammarError
 from .lexer import DEAD, SPACE
 
-if TYPE_CHECKING:  # the compiler creates matchers: importing it here at run time would be a loop
-    from .compiler import CompiledGrammar, Entry
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .tokenizer import TokenizerInfo
+
+Configs = tuple[tuple[tuple[int, ...], int], ...]  # the parses followed: (LALR stack, lexer state) each
+
+
+class MaskEntry(Protocol):
+    """The mask of one parser state, as the grammar gives it (``compiler.Entry``)."""
+
+    @property
+    def tensor(self) -> torch.Tensor: ...
+    @property
+    def mask(self) -> np.ndarray: ...
+    @property
+    def accepting(self) -> bool: ...
+    @property
+    def only_eos(self) -> bool: ...
+
+
+class StartContext(Protocol):
+    @property
+    def lex0(self) -> int: ...
+
+
+class MatcherGrammar(Protocol):
+    """What a matcher uses of its grammar. ``compiler.CompiledGrammar`` is it, and creates the matchers:
+    so the matcher names these members here instead of importing the compiler, even for type checking
+    (a module importing a module that imports it back is a loop)."""
+
+    info: TokenizerInfo
+    initial_stack: tuple[int, ...]
+    horizon: int
+
+    def context(self, stack: tuple[int, ...], after_ignore: bool) -> tuple[StartContext, int]: ...
+    def entry(self, stack: tuple[int, ...], lex: int) -> MaskEntry: ...
+    def union(self, configs: Configs) -> MaskEntry: ...
+    def feed(self, stack: tuple[int, ...], lex: int, data: bytes) -> list[tuple[tuple[int, ...], int]]: ...
+    def token_bytes(self, tid: int) -> bytes | None: ...
+    def lex_cost(self, stack: tuple[int, ...], lex: int) -> int: ...
+    def max_next_cost(self, stack: tuple[int, ...], lex: int) -> int: ...
+    def budget_mask(self, configs: Configs, remaining: int) -> torch.Tensor: ...
 
 
 class GrammarMatcher:
@@ -27,12 +68,12 @@ class GrammarMatcher:
 
     __slots__ = ("grammar", "configs", "_entry", "finished", "n_tokens", "_eos", "budget_limited")
 
-    def __init__(self, grammar: CompiledGrammar) -> None:
+    def __init__(self, grammar: MatcherGrammar) -> None:
         self.grammar = grammar
         stack = grammar.initial_stack
         ctx, _ = grammar.context(stack, False)
-        self.configs: tuple[tuple[tuple[int, ...], int], ...] = ((stack, ctx.lex0),)
-        self._entry: Entry | None = None
+        self.configs: Configs = ((stack, ctx.lex0),)
+        self._entry: MaskEntry | None = None
         self.finished = False
         self.n_tokens = 0
         # True when the last ``allowed(remaining)`` removed tokens only because the budget ran low: an
@@ -49,7 +90,7 @@ class GrammarMatcher:
     def lex(self) -> int:
         return self.configs[0][1]
 
-    def _current(self) -> Entry:
+    def _current(self) -> MaskEntry:
         e = self._entry
         if e is None:
             c = self.configs
