@@ -5,9 +5,9 @@
     </tool_call>
 
 One or more blocks, separated by whitespace. The grammar layer constrains replies to it
-(``radixchat.grammar.tool_calls``), the chat layer runs the calls it finds, and the app shows them as call
-blocks. All three read it from here: this module needs only the standard library (no torch, no grammar
-engine), so the remote path and the app can parse calls without loading either.
+(``radixchat.grammar.schema.tool_calls``), the chat layer runs the calls it finds, and the app shows them
+as call blocks. All three read it from here: this module needs only the standard library (no torch, no
+grammar engine), so the remote path and the app can parse calls without loading either.
 """
 
 from __future__ import annotations
