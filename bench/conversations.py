@@ -10,7 +10,7 @@ import time
 import warnings
 
 from bench.common import Models, Report, hf_generate, isolated, long_text, median
-from radixchat.chat.backend import LocalBackend
+from radixchat.chat.local import LocalBackend
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
 TOPICS = ["rivers", "bread", "comets", "chess", "bees", "glass", "tides", "maps"]
@@ -46,6 +46,10 @@ async def _radix(models: Models, system: str, cfg: EngineConfig) -> dict:
         prefilled=st.prompt_tokens - st.cached_tokens,
         retractions=st.retractions,
         evicted=st.evicted_tokens,
+        spilled=st.kv_spilled_tokens,
+        loaded=st.kv_loaded_tokens,
+        disk_s=core.kv_tier.step_disk_s if core.kv_tier is not None else 0.0,
+        forward_s=core.forward_s,
         overhead=1 - core.forward_s / core.step_s if core.step_s else float("nan"),
     )
 
@@ -74,6 +78,10 @@ def _generate_full_history(models: Models, system: str) -> dict:
         prefilled=prefilled,
         retractions=0,
         evicted=0,
+        spilled=0,
+        loaded=0,
+        disk_s=0.0,
+        forward_s=float("nan"),
         overhead=float("nan"),
     )
 

@@ -16,8 +16,8 @@ import torch
 
 from bench.common import Models, Report, isolated, median, pct
 from bench.grammar_bench import WORKLOAD, compile_times
-from radixchat.chat.backend import LocalBackend
-from radixchat.chat.modes import grammar_for
+from radixchat.chat.backend import grammar_for
+from radixchat.chat.local import LocalBackend
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 from radixchat.grammar import TokenizerInfo, compile_grammar, compile_json_schema
 

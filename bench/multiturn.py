@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from bench.common import Models, Report, hf_generate, isolated, long_text, median
-from radixchat.chat.backend import LocalBackend
+from radixchat.chat.local import LocalBackend
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
 QUESTIONS = [

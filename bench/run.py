@@ -15,6 +15,7 @@ WORKLOADS = {
     "fanout": "bench.fanout",
     "conversations": "bench.conversations",
     "json": "bench.json_mode",
+    "kv_store": "bench.kv_store",
 }
 
 

@@ -19,9 +19,8 @@ from typing import Any
 from radixchat import __version__
 from radixchat.config import Settings, default_cache_dir
 from radixchat.errors import ConfigError, ModelLoadError, RadixchatError
+from radixchat.exit_codes import ExitCode
 from radixchat.machine import probed_auto_choice
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _flag(name: str) -> str:
@@ -111,14 +110,14 @@ def list_models(settings: Settings) -> int:
     """``--list-models``: one served model id per line (BackendUnavailableError → exit 3)."""
     if settings.backend == "local":
         error("--list-models needs --backend URL (an OpenAI-compatible server)")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     import asyncio
 
     from radixchat.chat.remote import RemoteBackend
 
     for model in asyncio.run(RemoteBackend.from_settings(settings).list_models()):
         print(model)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def configure_logging(settings: Settings, interactive: bool) -> None:
@@ -178,35 +177,38 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from_args(ns)
     except ConfigError as exc:
         error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     configure_logging(settings, interactive=ns.batch is None and not ns.list_models)
     try:
         check_local_engine_settings(settings)
     except ConfigError as exc:
         error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         if ns.list_models:
             return list_models(settings)
         if ns.batch is not None:
-            from radixchat.batch import run_batch
+            from radixchat.batch import BatchOptions, run_batch
 
-            return run_batch(settings, ns)
+            options = BatchOptions(
+                ns.batch, ns.output, ns.ordered, ns.save_sessions, BatchOptions.tool_names(ns.allow_tools)
+            )
+            return run_batch(settings, options)
         if ns.output or ns.ordered or ns.save_sessions or ns.allow_tools:
             error("--output, --ordered, --save-sessions and --allow-tools need --batch")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         from radixchat.tui.app import run_app
 
         return run_app(settings, session=ns.session)
     except ModelLoadError as exc:
         error(str(exc))
-        return EXIT_MODEL
+        return ExitCode.MODEL
     except KeyboardInterrupt:
         error("interrupted")
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except RadixchatError as exc:
         error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
 
 if __name__ == "__main__":

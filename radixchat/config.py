@@ -108,7 +108,8 @@ class Settings(BaseSettings):
         description="compile the decode step in the background (auto: on CPU with a compact weights format)",
     )
     cache_dir: Path = Field(
-        default_factory=default_cache_dir, description="where converted models and measurements are kept"
+        default_factory=default_cache_dir,
+        description="where converted models, the KV store and this machine's measurements are kept",
     )
 
     # -- engine ---------------------------------------------------------------------------------------
@@ -126,6 +127,22 @@ class Settings(BaseSettings):
         "lpm", description="admission order: longest prefix match first, or first come first served"
     )
     radix_cache: bool = Field(True, description="reuse KV across requests (off: ablation baseline)")
+    kv_store: bool = Field(
+        True,
+        description="the KV store on disk (<cache-dir>/kv): requests load the KV stored there (saved "
+        "sessions', and with --kv-spill the pool's evicted KV) instead of computing it again",
+    )
+    kv_store_gib: float = Field(
+        2.0,
+        gt=0.0,
+        le=4096.0,
+        description="disk budget of the KV store in GiB (least recently used go first)",
+    )
+    kv_spill: bool = Field(
+        True,
+        description="write KV evicted from the pool to the KV store and load it back on a later hit "
+        "instead of recomputing it",
+    )
     debug: bool = Field(False, description="check cache integrity whenever the engine goes idle")
 
     # -- default sampling -----------------------------------------------------------------------------

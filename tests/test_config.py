@@ -76,3 +76,19 @@ def test_broken_toml_is_reported_with_the_file(tmp_path):
 def test_missing_explicit_config_file(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         Settings.load(config_file=tmp_path / "nope.toml")
+
+
+def test_kv_store_settings_reach_the_engine(tmp_path, monkeypatch):
+    from radixchat.cli import build_parser, settings_from_args
+    from radixchat.engine.engine import engine_config
+
+    on = engine_config(Settings.load({"cache_dir": str(tmp_path)}))
+    assert (on.kv_store_dir, on.kv_store_bytes) == (tmp_path / "kv", 2 << 30)
+    monkeypatch.setenv("RADIXCHAT_KV_STORE_GIB", "0.5")
+    assert engine_config(Settings.load()).kv_store_bytes == 1 << 29
+    assert on.kv_spill
+    args = build_parser().parse_args(["--no-kv-store", "--no-kv-spill", "--kv-store-gib", "3"])
+    off = engine_config(settings_from_args(args))
+    assert (off.kv_store_dir, off.kv_spill, off.kv_store_bytes) == (None, False, 3 << 30)
+    with pytest.raises(ConfigError, match=r"invalid setting 'kv_store_gib'.*--kv-store-gib"):
+        Settings.load({"kv_store_gib": "0"})

@@ -1,22 +1,38 @@
-"""The seam between front ends (TUI, batch) and whatever generates replies.
+"""The seam between front ends (the app, batch mode) and whatever generates replies.
 
-``ChatBackend`` is what the TUI and batch mode use; ``LocalBackend`` runs the in-process engine. A remote
-OpenAI-compatible backend implements the same protocol. A ``Reply`` streams text deltas, can be
-cancelled, and on completion appends the assistant message — with the exact generated ids — to the
-conversation, so the next turn is a pure prefix extension.
+``ChatBackend`` is everything a front end may use of a backend: front ends call these members and nothing
+else (no ``getattr`` probing, no ``isinstance`` on an implementation). Two implementations:
+``radixchat.chat.local.LocalBackend`` runs the in-process engine (the only chat module that imports it),
+``radixchat.chat.remote.RemoteBackend`` talks to an OpenAI-compatible server. This module, ``TurnResult``
+and the remote path import neither torch nor transformers.
+
+A ``Reply`` streams text deltas, can be cancelled, and on completion appends the assistant message (with
+the exact generated ids, when the backend has them) to the conversation, so the next turn is a pure
+prefix extension.
+
+To give front ends a new capability, add a member here with a docstring saying its contract, and a
+default that is right for a backend without it (as ``warm`` and ``stats`` have), so that every backend,
+test doubles included, keeps working until it implements it.
 """
 
 from __future__ import annotations
 
-import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from radixchat.chat.conversation import ChatFormat, Conversation, Message, usage_footer
-from radixchat.chat.modes import GrammarService, Mode
-from radixchat.engine import Engine, EngineStats, FinishEvent, SamplingParams, TokenEvent, TokenMatcher
+from radixchat.chat.conversation import ChatFormat, Conversation, Message
+from radixchat.chat.modes import MODES, Mode, ModeError
+from radixchat.chat.usage import UsageTotals, decorate_footer, usage_footer
+from radixchat.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from radixchat.engine.stats import EngineStats
+
+# What a backend applies to one reply to constrain it (``ChatBackend.constraint``): a grammar matcher for
+# the in-process engine, request fields for a remote server. Opaque to front ends: they pass it back.
+Constraint = Any
 
 
 @dataclass(slots=True)
@@ -45,102 +61,49 @@ class TurnResult:
         }
 
     def footer(self) -> str:
+        """The usage line: ``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s``."""
         return usage_footer(self.prompt_tokens, self.cached_tokens, self.ttft_ms, self.decode_tokens_per_s)
+
+    def status_footer(self) -> str:
+        """The usage line with how the reply ended (stopped, cut by max tokens, cut off, an error), as the
+        app shows under a reply."""
+        partial = bool(self.message.meta.get("partial"))
+        return decorate_footer(self.footer(), self.finish_reason, self.error, partial)
 
 
 class Reply(Protocol):
+    """One reply being generated. Iterate it for text deltas; ``result()`` waits for the end (iterating
+    what is left) and returns the ``TurnResult`` whose message is now the conversation's last."""
+
     def __aiter__(self) -> AsyncIterator[str]: ...
-    def cancel(self) -> None: ...
+    def cancel(self) -> None:
+        """Stop generating; what came so far is kept (finish reason ``cancelled``)."""
+        ...
+
     async def result(self) -> TurnResult: ...
 
 
-class ChatBackend(Protocol):
+class ChatBackend(ABC):
+    """What front ends use of a backend. Build one with ``radixchat.chat.loading.load_backend``."""
+
     model_name: str
+    # Renders and tokenizes messages (``ChatFormat``); a remote backend's stand-in renders nothing.
     fmt: ChatFormat
+    # The server's URL; None for the in-process engine.
+    base_url: str | None = None
+    # Why the cache tree cannot be shown (it lives on the server); None when ``stats()`` has it.
+    cache_tree_note: str | None = None
 
-    def new_conversation(
-        self, system: str | None = None, tools: list[dict] | None = None
-    ) -> Conversation: ...
-    def reply(
-        self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None
-    ) -> Reply: ...
-    def stats(self) -> EngineStats | None: ...
-    def cached_path(self, ids: Sequence[int]) -> list[int]: ...
-    async def aclose(self) -> None: ...
+    async def start(self) -> None:  # noqa: B027  (a default, not a stub: most backends have nothing to start)
+        """Begin serving (the in-process engine starts its thread). Called once, on the event loop."""
 
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Stop serving and release what the backend holds (the engine, HTTP connections)."""
 
-class LocalReply:
-    """One streaming reply from the in-process engine."""
-
-    def __init__(self, conv: Conversation, handle: Any) -> None:
-        self._conv = conv
-        self._handle = handle
-        self._ids: list[int] = []
-        self._text: list[str] = []
-        self._result: TurnResult | None = None
-        self._done = asyncio.Event()
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._stream()
-
-    async def _stream(self) -> AsyncIterator[str]:
-        async for ev in self._handle:
-            if isinstance(ev, TokenEvent):
-                self._ids.append(ev.token_id)
-            if ev.text:
-                self._text.append(ev.text)
-                yield ev.text
-            if isinstance(ev, FinishEvent):
-                self._finish(ev)
-
-    def _finish(self, ev: FinishEvent) -> None:
-        text = "".join(self._text)
-        reason = ev.reason.value
-        ttft_ms = ev.ttft_s * 1000 if ev.ttft_s is not None else None
-        self._conv.add_assistant(
-            text,
-            self._ids,
-            reason,
-            usage=ev.usage.as_dict(),
-            ttft_ms=ttft_ms,
-            decode_tokens_per_s=ev.decode_tokens_per_s,
-        )
-        u = ev.usage
-        self._result = TurnResult(
-            self._conv.messages[-1],
-            reason,
-            u.prompt_tokens,
-            u.cached_tokens,
-            u.completion_tokens,
-            ttft_ms,
-            ev.decode_tokens_per_s,
-            ev.error,
-        )
-        self._done.set()
-
-    def cancel(self) -> None:
-        self._handle.cancel()
-
-    async def result(self) -> TurnResult:
-        if self._result is None:
-            async for _ in self:
-                pass
-        assert self._result is not None
-        return self._result
-
-
-class LocalBackend:
-    """Chat over the in-process engine."""
-
-    def __init__(self, engine: Engine, cache_dir: Path | None = None) -> None:
-        self.engine = engine
-        self.model_name = engine.model_name
-        self.fmt = ChatFormat(engine.tokenizer)
-        loaded = engine.loaded
-        self.grammars = GrammarService(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids, cache_dir)
-
+    @abstractmethod
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
-        return Conversation(self.fmt, system=system, tools=tools)
+        """An empty conversation in this backend's format (with ``system`` as its first message)."""
 
     def constraint(
         self,
@@ -149,36 +112,54 @@ class LocalBackend:
         schema: Any = None,
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
-    ) -> TokenMatcher:
-        """A fresh grammar matcher for one reply in ``mode`` (see ``modes.grammar_for``). Compiled on the
-        engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
-        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice)
+        lenient: bool = False,
+    ) -> Constraint:
+        """A fresh constraint for one reply in ``mode`` (``json`` or ``tool``; see ``grammar_for``).
+        ``lenient``: enforce what the constraint can of the schema and leave the rest to the check of the
+        finished reply (``schema_check.schema_errors``) instead of refusing it.
+        May block for a while (compiling a grammar): call it off the event loop. Raises ModeError."""
+        raise ModeError(f"{mode} mode is not available with this backend")
 
-    def reply(
-        self, conv: Conversation, params: SamplingParams, grammar: TokenMatcher | None = None
-    ) -> LocalReply:
-        """Start generating the reply to the conversation's last message (raises RequestError).
+    @abstractmethod
+    def reply(self, conv: Conversation, params: SamplingParams, constraint: Constraint = None) -> Reply:
+        """Start generating the reply to the conversation's last (user or tool) message."""
 
-        ``grammar`` is the constraint from ``modes.grammar_for`` (a matcher for this engine)."""
-        handle = self.engine.submit(conv.prompt_ids(), params, grammar)
-        return LocalReply(conv, handle)
+    def warm(self, ids: Sequence[int]) -> None:  # noqa: B027  (a default: nothing to warm)
+        """Prefill ``ids`` in the background (an opened session's history), so the next turn hits."""
 
-    def warm(self, ids: Sequence[int]) -> None:
-        """Prefill ``ids`` in the background (e.g. an opened session's history) so the next turn hits."""
-        if len(ids) > 1:
-            self.engine.prefill(ids)
-
-    def stats(self) -> EngineStats:
-        return self.engine.stats()
-
-    async def aclose(self) -> None:
-        """Stop the engine and keep what the grammars learned for the next run."""
-        await self.engine.stop()
-        await asyncio.to_thread(self.grammars.save)
+    def stats(self) -> EngineStats | None:
+        """The engine's live stats for the panels (None: no engine here, see ``totals``). Takes a lock the
+        engine holds while scheduling: call it off the event loop."""
+        return None
 
     def cached_path(self, ids: Sequence[int]) -> list[int]:
-        """Tree node ids along ``ids`` (to highlight the current conversation in the cache panel)."""
-        return self.engine.cached_path(ids)
+        """Ids of the cache-tree nodes along ``ids`` (to highlight the conversation in the tree panel)."""
+        return []
+
+    @abstractmethod
+    def totals(self) -> UsageTotals:
+        """Usage over every reply so far (the batch summary, and the panels without engine stats)."""
+
+
+def grammar_for(
+    backend: ChatBackend,
+    mode: Mode,
+    schema: Any = None,
+    tools: list[dict] | None = None,
+    tool_choice: str | dict = "auto",
+    lenient: bool = False,
+) -> Constraint | None:
+    """The constraint for one reply in ``mode`` (None: unconstrained chat). Compiling may take ~0.2 s the
+    first time for a tokenizer (its token table) and ~20 ms per new schema, so front ends call it off the
+    event loop. Raises ModeError.
+
+    ``lenient``: schema keywords the grammar cannot enforce (``uniqueItems``, ``not``, ...) are left to
+    a ``jsonschema`` check of the finished reply (``schema_check.schema_errors``) instead of refused."""
+    if mode == "chat":
+        return None
+    if mode not in MODES:
+        raise ModeError(f"unknown mode '{mode}' (choose from {', '.join(MODES)})")
+    return backend.constraint(mode, schema=schema, tools=tools, tool_choice=tool_choice, lenient=lenient)
 
 
 def sampling_params(settings: Any, **overrides: Any) -> SamplingParams:

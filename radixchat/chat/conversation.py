@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from radixchat.errors import RadixchatError
+from radixchat.tool_format import strip_tool_calls
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -47,23 +48,6 @@ class ChatTemplateError(RadixchatError):
     """The model's chat template cannot render these messages."""
 
 
-def usage_footer(
-    prompt: int | None, cached: int | None, ttft_ms: float | None, tokens_per_s: float | None
-) -> str:
-    """A reply's footer: ``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s`` (``prompt 827 · ...`` when
-    a remote server reports no cached tokens; no counts when it reports no usage: unknown is not 0)."""
-    parts = []
-    if prompt is not None and cached is not None:
-        parts += [f"reused {cached}", f"prefilled {prompt - cached}"]
-    elif prompt is not None:
-        parts.append(f"prompt {prompt}")
-    if ttft_ms is not None:
-        parts.append(f"TTFT {ttft_ms:.0f} ms")
-    if tokens_per_s is not None:
-        parts.append(f"{tokens_per_s:.0f} tok/s")
-    return " · ".join(parts)
-
-
 @dataclass(slots=True)
 class Message:
     role: Role
@@ -81,9 +65,7 @@ class Message:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls and native_tools:
             # The template writes the calls itself; the content keeps only the text around them.
-            from radixchat.grammar import parse_tool_calls
-
-            out["content"] = parse_tool_calls(self.content).content
+            out["content"] = strip_tool_calls(self.content)
             out["tool_calls"] = [{"type": "function", "function": c} for c in self.tool_calls]
         if self.name:
             out["name"] = self.name

@@ -7,7 +7,7 @@ when ``load_backend`` runs, which the app does in a thread worker so its window 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from radixchat.chat.backend import ChatBackend
@@ -25,14 +25,6 @@ def load_backend(settings: Settings, progress: Progress = lambda _: None) -> Cha
 
         return load_remote_backend(settings, progress)
     progress("importing the engine")
-    from radixchat.chat.backend import LocalBackend
-    from radixchat.engine import Engine
+    from radixchat.chat.local import LocalBackend
 
-    return LocalBackend(Engine.from_settings(settings, progress=progress), cache_dir=settings.cache_dir)
-
-
-async def start_backend(backend: Any) -> None:
-    """Start serving (the in-process engine; a remote backend has nothing to start)."""
-    engine = getattr(backend, "engine", None)
-    if engine is not None:
-        await engine.start()
+    return LocalBackend.from_settings(settings, progress)

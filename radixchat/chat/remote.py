@@ -13,9 +13,11 @@ hold. What differs, and why:
   ``--enable-cache-report``). TTFT and tokens/s are measured here, client-side.
 - Failures become a ``finish_reason == "error"`` reply with a one-line ``error``, never an exception:
   connection errors, 408/409/429 and 5xx before the first token are retried with backoff
-  (``remote_retries``); a stream that breaks after the first token keeps the partial reply, marked
-  ``meta["partial"]``. A server that stays silent longer than ``remote_timeout`` is not retried (it has the
-  request; asking again only adds load).
+  (``remote_retries``); a stream that ends before its first token without finishing (llama-cpp-python's
+  server cuts a running request short when another one arrives) is sent again once, as a new request; a
+  stream that breaks after the first token keeps the partial reply, marked ``meta["partial"]``. A server
+  that stays silent longer than ``remote_timeout`` is not retried (it has the request; asking again only
+  adds load).
 
 Streaming (SSE), typed errors and the HTTP client come from the ``openai`` package; its own retries are
 off because they end when the response headers arrive, and ours must cover the wait for the first token.
@@ -26,21 +28,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from radixchat.chat.backend import TurnResult
+from radixchat.chat.backend import ChatBackend
 from radixchat.chat.conversation import Conversation, Message
 from radixchat.chat.modes import Mode, ModeError
-from radixchat.chat.remote_reply import RemoteReply, cause_text, one_line, server_message
+from radixchat.chat.remote_link import ServerLink
+from radixchat.chat.remote_reply import RemoteReply
+from radixchat.chat.usage import UsageTotals
 from radixchat.config import normalize_base_url
 from radixchat.errors import BackendUnavailableError, ConfigError, RemoteError
 
 if TYPE_CHECKING:
-    import openai
-
-    from radixchat.engine import SamplingParams
+    from radixchat.sampling import SamplingParams
 
 CACHE_TREE_NOTE = "The KV cache tree lives on the server ({url}); this client cannot show it."
 
@@ -64,36 +64,12 @@ class RemoteFormat:
         return ""
 
 
-@dataclass(slots=True)
-class RemoteTotals:
-    """Counters over all finished replies (the remote stand-in for the engine's hit-rate stats)."""
-
-    turns: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    cache_reports: int = 0  # turns whose usage included cached tokens
-
-    @property
-    def hit_rate(self) -> float | None:
-        """Cached / prompt tokens over the turns that reported both (None: the server reports none)."""
-        return self.cached_tokens / self.prompt_tokens if self.cache_reports and self.prompt_tokens else None
-
-    def add(self, result: TurnResult) -> None:
-        self.turns += 1
-        self.completion_tokens += result.completion_tokens
-        if result.prompt_tokens is not None and result.cached_tokens is not None:
-            self.prompt_tokens += result.prompt_tokens
-            self.cached_tokens += result.cached_tokens
-            self.cache_reports += 1
-
-
-class RemoteBackend:
+class RemoteBackend(ChatBackend):
     """Chat over an OpenAI-compatible server. Build with ``load_remote_backend(settings)`` (checks the
     model) or ``from_settings`` (no network). The HTTP client is created in the first event loop that
     uses it; call ``aclose()`` when done."""
 
-    fmt: RemoteFormat
+    fmt: RemoteFormat  # type: ignore[assignment]  # the stand-in: the server renders
 
     def __init__(
         self,
@@ -107,22 +83,19 @@ class RemoteBackend:
         max_concurrent: int = 32,
         backoff_s: float = 0.5,
     ) -> None:
-        self.base_url = normalize_base_url(base_url)
+        self.link = ServerLink(
+            normalize_base_url(base_url),
+            api_key=api_key,
+            api_key_env=api_key_env,
+            timeout_s=timeout_s,
+            retries=retries,
+            backoff_s=backoff_s,
+            max_concurrent=max_concurrent,
+        )
+        self.base_url = self.link.base_url
         self.model_name = model
         self.fmt = RemoteFormat()
-        self.api_key = api_key
-        self.api_key_env = api_key_env
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.totals = RemoteTotals()
         self.cache_tree_note = CACHE_TREE_NOTE.format(url=self.base_url)
-        self.json_schema_style = (
-            "json_schema"  # or "json_object" (llama-cpp-python's form), learnt on refusal
-        )
-        self._max_concurrent = max_concurrent
-        self._slots: asyncio.Semaphore | None = None
-        self._client: openai.AsyncOpenAI | None = None
 
     @classmethod
     def from_settings(cls, settings: Any, model: str | None = None) -> RemoteBackend:
@@ -137,28 +110,8 @@ class RemoteBackend:
             max_concurrent=settings.max_running_requests,
         )
 
-    # -- the HTTP client ---------------------------------------------------------------------------------
-
-    def new_client(self) -> openai.AsyncOpenAI:
-        import openai
-
-        return openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=self.api_key or "EMPTY",  # servers without auth ignore it; the client needs one
-            timeout=openai.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
-            max_retries=0,
-        )
-
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            self._client = self.new_client()
-        return self._client
-
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self.link.aclose()
 
     # -- models ------------------------------------------------------------------------------------------
 
@@ -167,12 +120,14 @@ class RemoteBackend:
         import openai
 
         # A short-lived client: this may run in a throwaway event loop (a TUI loader thread).
-        client = self.new_client()
+        client = self.link.new_client()
         try:
             page = await client.models.list()
             return [m.id for m in page.data]
         except openai.APIError as exc:
-            raise BackendUnavailableError(self.describe(exc, during="listing models")) from None
+            raise BackendUnavailableError(
+                self.link.describe(exc, model=self.model_name, during="listing models")
+            ) from None
         finally:
             await client.close()
 
@@ -207,14 +162,16 @@ class RemoteBackend:
         schema: Any = None,
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
+        lenient: bool = False,
     ) -> dict[str, Any]:
-        """Request fields for one reply in ``mode`` (see ``modes.grammar_for``). Raises ModeError."""
+        """Request fields for one reply in ``mode`` (see ``backend.grammar_for``). Raises ModeError.
+        ``lenient`` changes nothing here: the server enforces what it can, the reply is checked after."""
         if mode == "json":
             if schema is None or schema is True or schema == {}:
                 return {"response_format": {"type": "json_object"}}
             if not isinstance(schema, dict):
                 raise ModeError("json mode: the schema must be a JSON object (or true)")
-            return {"response_format": self._json_schema_format(schema)}
+            return {"response_format": self.link.json_schema_format(schema)}
         if mode == "tool":
             if not tools:
                 raise ModeError("tool mode needs at least one declared tool")
@@ -224,19 +181,14 @@ class RemoteBackend:
             return {"tools": [{"type": "function", "function": t} for t in tools], "tool_choice": choice}
         raise ModeError(f"unknown mode '{mode}'")
 
-    def _json_schema_format(self, schema: dict) -> dict[str, Any]:
-        if self.json_schema_style == "json_object":
-            return {"type": "json_object", "schema": schema}
-        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
-
     def reply(
-        self, conv: Conversation, params: SamplingParams, grammar: dict[str, Any] | None = None
+        self, conv: Conversation, params: SamplingParams, constraint: dict[str, Any] | None = None
     ) -> RemoteReply:
         """Start streaming the reply to the conversation's last message (needs a running event loop)."""
         if not conv.messages or conv.messages[-1].role not in ("user", "tool"):
             raise RemoteError("nothing to reply to: the conversation does not end with a user message")
-        request = self.request(conv, params, grammar)
-        return RemoteReply(self, conv, request)
+        request = self.request(conv, params, constraint)
+        return RemoteReply(self.link, conv, request)
 
     def request(
         self, conv: Conversation, params: SamplingParams, grammar: dict[str, Any] | None
@@ -265,59 +217,9 @@ class RemoteBackend:
         req.update(grammar or {})
         return req
 
-    def warm(self, ids: Sequence[int]) -> None:
-        """Nothing to do: the server's prefix cache warms itself on the next turn."""
-
-    def stats(self) -> None:
-        """No engine here: the server's cache, pool and memory are not visible (see ``totals``)."""
-        return None
-
-    def cached_path(self, ids: Sequence[int]) -> list[int]:
-        return []
-
-    # -- errors ------------------------------------------------------------------------------------------
-
-    def describe(self, exc: BaseException, *, during: str = "", tries: int = 1) -> str:
-        """One line for a failed request: what the server said, where, and what to do."""
-        import openai
-
-        where = f" ({during})" if during else ""
-        where += f" after {tries} tries" if tries > 1 else ""
-        url = self.base_url
-        if isinstance(exc, openai.APITimeoutError):
-            return f"no reply from {url} within {self.timeout_s:g} s{where} (--remote-timeout)"
-        if isinstance(exc, openai.APIConnectionError):
-            cause = cause_text(exc)
-            return f"cannot reach {url}{where}: {cause}" if cause else f"cannot reach {url}{where}"
-        if isinstance(exc, openai.APIStatusError):
-            status, said = exc.status_code, server_message(exc)
-            said_note = f": {said}" if said else ""
-            if status == 401:
-                key = (
-                    f"check ${self.api_key_env}"
-                    if self.api_key
-                    else f"set ${self.api_key_env} (or name another variable with --api-key-env)"
-                )
-                return f"{url} refused the API key (401 Unauthorized){where}; {key}"
-            if status == 403:
-                return f"{url} does not allow this API key (403 Forbidden){where}{said_note}"
-            if status == 404 and during == "listing models":
-                return (
-                    f"{url} answered 404 Not Found{where}: the URL probably lacks its API path (usually /v1)"
-                )
-            if status == 404:
-                return (
-                    f"{url} answered 404 Not Found{where}: model '{self.model_name}' is unknown there, or the URL "
-                    f"lacks its API path (usually /v1); see radixchat --backend {url} --list-models"
-                )
-            if status == 429:
-                return f"{url} is overloaded (429 Too Many Requests){where}{said_note}"
-            if status >= 500:
-                return f"{url} failed with a server error ({status}){where}{said_note}"
-            return f"{url} rejected the request ({status}){where}{said_note}"
-        if isinstance(exc, openai.APIError):
-            return f"{url} reported an error{where}: {one_line(exc.message)}"
-        return f"{url}{where}: {one_line(str(exc))}"
+    def totals(self) -> UsageTotals:
+        """As the server reported usage (no engine here: ``stats()`` is None, the tree cannot be shown)."""
+        return self.link.totals.snapshot()
 
 
 def api_key_from_env(name: str) -> str | None:

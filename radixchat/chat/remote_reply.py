@@ -3,7 +3,10 @@
 A task reads the SSE stream from the moment the reply is created and feeds a queue the consumer iterates;
 ``cancel()`` cancels the task, which closes the HTTP stream. Before the first token, what may pass is
 retried with backoff: connection errors (not a read timeout: the server has the request), 408, 409, 429
-and 5xx. After it, a broken stream ends the reply with an error and the partial text kept.
+and 5xx. A stream that ends cleanly before its first token without a finish reason is sent again once:
+llama-cpp-python's server (unless started with ``--interrupt_requests False``) ends a running stream
+that way when another request arrives. After the first token, a broken stream ends the reply with an
+error and the partial text kept. The reply knows its server only through the backend's ``ServerLink``.
 """
 
 from __future__ import annotations
@@ -14,14 +17,12 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from radixchat.chat.backend import TurnResult
 from radixchat.chat.conversation import Conversation
+from radixchat.chat.remote_link import ServerLink, one_line, server_message
 from radixchat.errors import RemoteError
-
-if TYPE_CHECKING:
-    from radixchat.chat.remote import RemoteBackend
 
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _MAX_RETRY_AFTER_S = 30.0
@@ -41,8 +42,8 @@ class RemoteReply:
     the client go and stops generating). When the task ends, the assistant message (``token_ids=[]``) is
     appended to the conversation."""
 
-    def __init__(self, backend: RemoteBackend, conv: Conversation, request: dict[str, Any]) -> None:
-        self._backend = backend
+    def __init__(self, link: ServerLink, conv: Conversation, request: dict[str, Any]) -> None:
+        self._link = link
         self._conv = conv
         self._request = request
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -92,11 +93,8 @@ class RemoteReply:
     # -- the producer task -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        backend = self._backend
-        if backend._slots is None:
-            backend._slots = asyncio.Semaphore(backend._max_concurrent)
         try:
-            async with backend._slots:
+            async with self._link.slots:
                 await self._stream_with_retries()
         except asyncio.CancelledError:
             if not self._cancel_requested:
@@ -115,36 +113,44 @@ class RemoteReply:
         """Open the stream and read it; before any output, retry what may pass (see module docstring)."""
         import openai
 
-        backend = self._backend
+        link = self._link
         attempt = 0
+        resent = False  # a stream cut before its first token was sent again (once)
         while True:
             self._usage, self._finish_reason = None, None
             try:
-                stream = await backend.client.chat.completions.create(**self._request)
+                stream = await link.client.chat.completions.create(**self._request)
                 try:
                     async for chunk in stream:
                         self._on_chunk(chunk)
                 finally:
                     await stream.close()
-                return
             except openai.APIError as exc:
                 if self._t_first is not None:
                     raise RemoteError(self._broken(exc)) from None
                 if _may_refuse_json_schema(exc) and self._use_json_object_form():
                     continue
-                if attempt >= backend.retries or not _retryable(exc):
-                    raise RemoteError(backend.describe(exc, tries=attempt + 1)) from None
-                await asyncio.sleep(_backoff(exc, attempt, backend.backoff_s))
+                if attempt >= link.retries or not _retryable(exc):
+                    raise RemoteError(self._describe(exc, tries=attempt + 1)) from None
+                await asyncio.sleep(_backoff(exc, attempt, link.backoff_s))
                 attempt += 1
+                continue
+            if self._finish_reason is None and self._t_first is None and not resent:
+                resent = True
+                continue
+            return
+
+    def _describe(self, exc: BaseException, tries: int) -> str:
+        return self._link.describe(exc, model=self._request.get("model", ""), tries=tries)
 
     def _use_json_object_form(self) -> bool:
         """llama-cpp-python refuses ``json_schema`` but takes ``{"type": "json_object", "schema": ...}``: switch
-        to that form (once per backend) and say whether to try again."""
+        to that form (once per server) and say whether to try again."""
         fmt = self._request.get("response_format")
         if not fmt or fmt.get("type") != "json_schema":
             return False
-        self._backend.json_schema_style = "json_object"
-        self._request["response_format"] = self._backend._json_schema_format(fmt["json_schema"]["schema"])
+        self._link.json_schema_style = "json_object"
+        self._request["response_format"] = self._link.json_schema_format(fmt["json_schema"]["schema"])
         return True
 
     def _on_chunk(self, chunk: Any) -> None:
@@ -176,14 +182,14 @@ class RemoteReply:
         import openai
 
         if isinstance(exc, openai.APITimeoutError):
-            return self._lost(f"went silent for {self._backend.timeout_s:g} s mid-reply")
+            return self._lost(f"went silent for {self._link.timeout_s:g} s mid-reply")
         if isinstance(exc, openai.APIConnectionError):
             return self._lost("closed the connection mid-reply")
         return self._lost(f"failed mid-reply: {server_message(exc) or one_line(str(exc))}")
 
     def _lost(self, what: str) -> str:
         kept = "; the partial reply is kept" if self._text or self._calls else ""
-        return f"the server at {self._backend.base_url} {what}{kept}"
+        return f"the server at {self._link.base_url} {what}{kept}"
 
     def _finish(self, reason: str, error: str | None = None) -> None:
         usage = self._usage
@@ -223,7 +229,7 @@ class RemoteReply:
             if self._text or self._calls:
                 msg.meta["partial"] = True
         self._result = TurnResult(msg, reason, prompt, cached, completion, ttft_ms, tps, error)
-        self._backend.totals.add(self._result)
+        self._link.totals.add(self._result)
 
     def _on_done(self, task: asyncio.Task[None]) -> None:
         try:
@@ -271,30 +277,6 @@ def _backoff(exc: BaseException, attempt: int, base_s: float) -> float:
         with contextlib.suppress(ValueError):
             return max(0.0, min(float(header), _MAX_RETRY_AFTER_S))
     return min(base_s * 2**attempt, 8.0) * (1 - 0.25 * random.random())
-
-
-def server_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    text: Any = body
-    if isinstance(body, dict):
-        text = body.get("message") or body.get("detail") or body.get("error") or body
-    if isinstance(text, dict):
-        text = text.get("message") or json.dumps(text)
-    if isinstance(text, list):  # FastAPI validation details
-        text = "; ".join(str(e.get("msg", e)) if isinstance(e, dict) else str(e) for e in text[:3])
-    return one_line(str(text)) if text else ""
-
-
-def cause_text(exc: BaseException) -> str:
-    cause = exc.__cause__
-    while cause is not None and cause.__cause__ is not None and not str(cause):
-        cause = cause.__cause__
-    return one_line(str(cause)) if cause is not None and str(cause) else ""
-
-
-def one_line(text: str, limit: int = 200) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _arguments(text: str) -> Any:

@@ -9,11 +9,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from radixchat.chat.backend import ChatBackend, Reply, TurnResult
+from radixchat.chat.backend import ChatBackend, Reply, TurnResult, grammar_for
 from radixchat.chat.conversation import Conversation
-from radixchat.chat.modes import grammar_for
 from radixchat.chat.tools import Consent, Tool, ToolCallRecord, ToolContext, ToolRegistry
-from radixchat.engine import SamplingParams
+from radixchat.sampling import SamplingParams
+from radixchat.tool_format import strip_tool_calls, tool_call_dicts
 
 
 @dataclass
@@ -25,9 +25,7 @@ class ToolTurn:
     @property
     def text(self) -> str:
         """The final reply's text without any tool-call blocks."""
-        from radixchat.grammar import parse_tool_calls
-
-        return parse_tool_calls(self.final.message.content).content
+        return strip_tool_calls(self.final.message.content)
 
     def usage(self) -> dict[str, int]:
         """Prompt and cached tokens of the first round (what the user's message cost) plus all output."""
@@ -95,9 +93,7 @@ async def run_tool_turn(
         # A remote backend reports calls itself; for the local engine they are in the constrained text.
         calls = result.message.tool_calls
         if calls is None:
-            from radixchat.grammar import parse_tool_calls
-
-            calls = [dict(c) for c in parse_tool_calls(result.message.content).calls]
+            calls = tool_call_dicts(result.message.content)
         if not calls:
             break
         result.message.tool_calls = calls

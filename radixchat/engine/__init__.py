@@ -1,35 +1,31 @@
-"""The inference engine: radix KV cache, continuous batching, streaming. Knows tokens, not chat."""
+"""The inference engine: radix KV cache, continuous batching, streaming. Knows tokens, not chat.
 
-from radixchat.engine.core import EngineConfig, EngineCore
-from radixchat.engine.engine import Completion, Engine, RequestHandle, engine_config
-from radixchat.engine.loader import LoadedModel, load_model
-from radixchat.engine.request import (
-    Event,
-    FinishEvent,
-    FinishReason,
-    SamplingParams,
-    TokenEvent,
-    TokenMatcher,
-    Usage,
-)
-from radixchat.engine.stats import EngineStats, TreeNodeView
+Exported here is what a user of the engine needs: ``Engine`` (built from a model and an
+``EngineConfig``), ``SamplingParams``, the request handle and its events, ``TokenMatcher`` (what a
+grammar gives a request), and the stats. Its parts (``EngineCore``, the pool, the tree, the scheduler,
+the loader) are imported from their own modules by the tests and benchmarks that take them apart; so
+are the KV store's result types (``radixchat.engine.kvstore``) that ``Engine.save_kv``/``load_kv`` return.
+"""
+
+from radixchat.engine.core import EngineConfig
+from radixchat.engine.engine import Completion, Engine, RequestHandle
+from radixchat.engine.request import Event, FinishEvent, FinishReason, TokenEvent, TokenMatcher, Usage
+from radixchat.engine.stats import EngineStats, LastRequest, TreeNodeView
+from radixchat.sampling import SamplingParams
 
 __all__ = [
     "Completion",
     "Engine",
     "EngineConfig",
-    "EngineCore",
     "EngineStats",
     "Event",
     "FinishEvent",
     "FinishReason",
-    "LoadedModel",
+    "LastRequest",
     "RequestHandle",
     "SamplingParams",
     "TokenEvent",
     "TokenMatcher",
     "TreeNodeView",
     "Usage",
-    "engine_config",
-    "load_model",
 ]

@@ -17,6 +17,7 @@ import torch
 from radixchat.engine.decode_graph import POLL_S, BuildSpec, DecodeGraphs, compile_unavailable, stream_ranges
 from radixchat.engine.detokenizer import Detokenizer
 from radixchat.engine.kv_pool import KVPool, KVShape, ReqToTokenTable
+from radixchat.engine.kvstore import open_tier
 from radixchat.engine.loader import LoadedModel
 from radixchat.engine.model_runner import ModelRunner, ScheduledBatch
 from radixchat.engine.radix_cache import RadixCache
@@ -46,10 +47,13 @@ class EngineConfig:
     schedule_policy: str = "lpm"
     radix_cache: bool = True
     debug: bool = False
+    kv_store_dir: Path | None = None  # the disk store below the tree (None: off); needs radix_cache
+    kv_store_bytes: int = 2 << 30
+    kv_spill: bool = True  # write KV evicted from the pool to the store, load it back on a hit
     # "auto": compile the decode step on CPU when the weights are a compact format (float32 stays the exact,
     # eager path); "on"; "off". See decode_graph.py (graphs are built by a background process, once).
     compile: str = "off"
-    cache_dir: Path | None = None  # for inductor's compile cache
+    cache_dir: Path | None = None  # for the compiled decode step
 
 
 def wants_compile(setting: str, lm: LoadedModel) -> bool:
@@ -87,6 +91,18 @@ class EngineCore:
             policy=cfg.schedule_policy,
             cache_enabled=cfg.radix_cache,
         )
+        self.kv_tier = None
+        if cfg.kv_store_dir is not None and cfg.radix_cache:
+            self.kv_tier = open_tier(
+                lm,
+                self.pool,
+                self.cache,
+                self.scheduler.counters,
+                root=cfg.kv_store_dir,
+                budget_bytes=cfg.kv_store_bytes,
+                spill=cfg.kv_spill,
+            )
+        self.scheduler.kv_tier = self.kv_tier
         self.runner = ModelRunner(lm.model, self.pool, self.table)
         self.decode_state = "off"
         if wants_compile(cfg.compile, lm):

@@ -25,6 +25,7 @@ import psutil
 import torch
 
 from radixchat.engine.core import EngineConfig, EngineCore
+from radixchat.engine.kvstore import KVLoadResult, KVSaveResult, KVStoreUsage
 from radixchat.engine.loader import LoadedModel, load_model
 from radixchat.engine.request import (
     Event,
@@ -354,6 +355,8 @@ class Engine:
                 generated_tokens=c.generated_tokens,
                 retractions=c.retractions,
                 evicted_tokens=c.evicted_tokens,
+                kv_loaded_tokens=c.loaded_tokens,
+                kv_spilled_tokens=c.spilled_tokens,
                 steps=core.steps,
                 pool_capacity=pool.capacity,
                 pool_free=pool.num_free,
@@ -362,7 +365,15 @@ class Engine:
                 tree_protected=cache.protected_size,
             )
         views = tuple(
-            TreeNodeView(n.id, n.parent_id, n.num_tokens, self._snippet(n.head_ids), n.locked, n.last_access)
+            TreeNodeView(
+                n.id,
+                n.parent_id,
+                n.num_tokens,
+                self._snippet(n.head_ids),
+                n.locked,
+                n.last_access,
+                n.from_disk,
+            )
             for n in nodes
         )
         dev = self.loaded.device
@@ -384,6 +395,61 @@ class Engine:
             last_request=self._last,
             **base,
         )
+
+    # -- the KV store on disk -------------------------------------------------------------------------
+    # These block the caller (from async code: ``await asyncio.to_thread(engine.save_kv, ids, name)``).
+    # Pool and tree work runs on the engine's thread between steps; file I/O runs on the caller's.
+
+    def save_kv(self, ids: Sequence[int], owner: str) -> KVSaveResult:
+        """Store on disk, for ``owner`` (e.g. a session file's path), the KV of the longest prefix of ``ids`` that is
+        in the pool or already stored; it replaces what ``owner`` had saved before.
+
+        Best effort: never raises for disk errors (a full disk, an unwritable cache directory) or a
+        stopped engine; ``notice`` then says in one line what was not saved. Save the owner's own
+        file (a session) first: this is a cache of it. ``tokens == 0`` when the store is off."""
+        tier = self.core.kv_tier
+        if tier is None:
+            return KVSaveResult(owner, 0, 0)
+        try:
+            return tier.save(ids, owner, self._run_locked)
+        except EngineStoppedError:
+            return KVSaveResult(owner, 0, 0, "KV not saved: the engine is stopped")
+
+    def load_kv(self, ids: Sequence[int]) -> KVLoadResult:
+        """Load the longest stored continuation of ``ids`` from disk into the cache (e.g. when a session
+        is opened), so the next request over ``ids`` prefills only what follows. A damaged or foreign
+        file is skipped with a notice and its tokens are computed as usual. Requests do this by
+        themselves on admission; calling it early takes the disk read off the first reply's TTFT."""
+        tier = self.core.kv_tier
+        if tier is None or not ids:
+            return KVLoadResult(0, 0)
+        try:
+            return tier.load(ids, self._run_locked)
+        except EngineStoppedError:
+            return KVLoadResult(0, 0)
+
+    def kv_store_usage(self) -> KVStoreUsage | None:
+        """Which owners have KV on disk for this model and how many bytes each takes (None: store off).
+        Reads files only; safe from any thread."""
+        tier = self.core.kv_tier
+        return None if tier is None else tier.store.usage()
+
+    def delete_kv(self, owner: str) -> int:
+        """Delete ``owner``'s KV for every model (blocks other owners share stay). Returns bytes freed."""
+        tier = self.core.kv_tier
+        return 0 if tier is None else tier.store.delete_owner(owner)
+
+    def rename_kv(self, old: str, new: str) -> bool:
+        """Give ``old``'s stored KV to ``new`` (a renamed session). Returns whether there was any."""
+        tier = self.core.kv_tier
+        return False if tier is None else tier.store.rename_owner(old, new)
+
+    def _run_locked(self, fn: Callable[..., T], *args: Any) -> T:
+        def job() -> T:
+            with self._state_lock:
+                return fn(*args)
+
+        return self.call(job)
 
     def cached_path(self, ids: Sequence[int]) -> list[int]:
         """Ids of the tree nodes that ``ids`` runs through (to highlight a conversation in a UI)."""
@@ -421,6 +487,9 @@ def engine_config(settings) -> EngineConfig:  # noqa: ANN001
         debug=settings.debug,
         compile=settings.compile,
         cache_dir=settings.cache_dir,
+        kv_store_dir=settings.cache_dir / "kv" if settings.kv_store else None,
+        kv_store_bytes=int(settings.kv_store_gib * 2**30),
+        kv_spill=settings.kv_spill,
     )
 
 

@@ -14,13 +14,15 @@ Contracts (the scheduler relies on every one of them):
   at least ``n`` tokens are freed or nothing evictable is left. It may free more than asked.
 - Splitting a node copies its ``lock_ref`` to the new parent (every lock that covered the old node's path
   also covers the new parent).
+- ``on_evict``, when set, is called with each leaf just before its slots are freed (its whole path is
+  still in the tree then), so the KV store can spill it to disk.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -32,7 +34,7 @@ _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
 class TreeNode:
-    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access")
+    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access", "from_disk")
 
     def __init__(self, node_id: int, key: list[int], value: torch.Tensor, parent: TreeNode | None) -> None:
         self.id = node_id
@@ -42,6 +44,7 @@ class TreeNode:
         self.parent = parent
         self.lock_ref = 0
         self.last_access = 0
+        self.from_disk = False  # its KV was loaded from the disk store, not computed
 
     def __len__(self) -> int:
         return len(self.key)
@@ -74,6 +77,7 @@ class NodeInfo:
     head_ids: tuple[int, ...]  # the first tokens of the edge, for a snippet
     locked: bool
     last_access: int
+    from_disk: bool = False
 
 
 def common_prefix_len(a: Sequence[int], a_start: int, b: Sequence[int]) -> int:
@@ -95,6 +99,7 @@ class RadixCache:
         self.evictable_size = 0
         self.protected_size = 0
         self.version = 0  # bumped on every structural change, so UIs know when to redraw
+        self.on_evict: Callable[[TreeNode], None] | None = None
 
     @property
     def total_size(self) -> int:
@@ -179,6 +184,7 @@ class RadixCache:
         upper = TreeNode(next(self._ids), node.key[:at], node.value[:at], parent)
         upper.lock_ref = node.lock_ref
         upper.last_access = node.last_access
+        upper.from_disk = node.from_disk
         upper.children = {node.key[at]: node}
         parent.children[upper.key[0]] = upper
         node.key = node.key[at:]
@@ -216,6 +222,8 @@ class RadixCache:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
             assert parent is not None
+            if self.on_evict is not None:
+                self.on_evict(leaf)
             self.pool.free(leaf.value)
             freed += len(leaf)
             self.evictable_size -= len(leaf)
@@ -270,6 +278,7 @@ class RadixCache:
                         tuple(node.key[:head]),
                         node.lock_ref > 0,
                         node.last_access,
+                        node.from_disk,
                     )
                 )
                 nxt.extend(sorted(node.children.values(), key=lambda c: c.id))

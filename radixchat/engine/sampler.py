@@ -76,7 +76,7 @@ class Sampler:
             req.budget_cut = False
             # Only the very last token counts: earlier, a forced end follows a complete piece (a call,
             # a value) the model would have followed with more, which is not a cut.
-            if remaining <= 1 and getattr(req.matcher, "budget_limited", False):
+            if remaining <= 1 and req.matcher.budget_limited:
                 full = req.matcher.allowed()[: row.numel()].to(row.device)
                 preferred = int(row.masked_fill(~full, float("-inf")).argmax())
                 req.budget_cut = preferred not in self.eos_ids

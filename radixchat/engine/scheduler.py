@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,6 +21,9 @@ from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
 from radixchat.engine.model_runner import ScheduledBatch
 from radixchat.engine.radix_cache import RadixCache, common_prefix_len
 from radixchat.engine.request import FinishReason, Request
+
+if TYPE_CHECKING:
+    from radixchat.engine.kvstore import KVTier
 
 # Admission keeps room for running requests to grow by this share of their remaining max_tokens
 # (SGLang's optimistic "new token ratio"): it decays while nothing is retracted and resets on retraction.
@@ -42,6 +46,8 @@ class SchedulerCounters:
     generated_tokens: int = 0
     retractions: int = 0
     evicted_tokens: int = 0
+    loaded_tokens: int = 0  # KV loaded from the disk store into the tree
+    spilled_tokens: int = 0  # KV written to the disk store as the tree evicted it
 
 
 class Scheduler:
@@ -68,6 +74,7 @@ class Scheduler:
         self.finished: list[Request] = []  # finished by the scheduler itself (cancel, pool exhausted)
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.counters = SchedulerCounters()
+        self.kv_tier: KVTier | None = None  # the disk store: admission extends tree matches from it
 
     # -- queue ----------------------------------------------------------------------------------------
 
@@ -188,6 +195,8 @@ class Scheduler:
                 break
             ids = req.all_ids
             match = self.cache.match_prefix(ids[:-1]) if self.cache_enabled else None
+            if match is not None and self.kv_tier is not None:
+                match = self.kv_tier.extend_match(ids[:-1], match)
             match_len = match.length if match is not None else 0
             if self.cache_enabled and self._shares_uncached_prefix(ids, match_len, admitted):
                 continue

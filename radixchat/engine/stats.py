@@ -13,6 +13,7 @@ class TreeNodeView:
     snippet: str  # the start of the node's text
     locked: bool  # in use by a running request (not evictable)
     last_access: int
+    from_disk: bool = False  # its KV was loaded from the disk store (not computed in this run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,9 @@ class EngineStats:
     tree_version: int
     tree: tuple[TreeNodeView, ...] = field(default=())
     last_request: LastRequest | None = None
+    # the KV store on disk (totals since start)
+    kv_loaded_tokens: int = 0  # loaded into the tree (a request using them counts them as cached)
+    kv_spilled_tokens: int = 0  # written to the store as the pool evicted them
     # how the linear layers store their weights, and which kernel serves which rows:
     # "int4 (layers int4≤16 bfloat16, head float16)"; "float32" is the exact path
     weights: str = "float32"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .lexer import DEAD, SPACE
+from .lexer import DEAD, SPACE, groups_by_pre
 
 
 def _state_costs(g, stack, finals: np.ndarray) -> np.ndarray:
@@ -32,45 +32,47 @@ def token_costs(g, stack: tuple[int, ...], lex: int) -> np.ndarray:
         out[run.inside_ids] = _state_costs(g, stack, run.inside_final)
     if SPACE.accepting[lex]:
         nxt, _ = g.after_lexeme(stack, lex)
-        if nxt is not None:
-            sub = token_costs(g, *nxt)
-            sel = info.ends_first(lex, run)
-            out[sel] = sub[sel]
+        sel = info.ends_first(lex, run) if nxt else None
+        for st2, lex0 in nxt:
+            out[sel] = cheapest(out[sel], token_costs(g, st2, lex0)[sel])
     for k, (pre, ids, offs) in enumerate(run.cross):
         out[ids] = _group_costs(g, stack, pre, ("x", lex, k), ids, offs)
     for tid, data in g.named_special:
-        r = g.feed(stack, lex, data)
-        if r is not None:
-            out[tid] = g.lex_cost(*r)
+        states = g.feed(stack, lex, data)
+        if states:
+            out[tid] = min(g.lex_cost(*st) for st in states)
     return out
+
+
+def cheapest(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise minimum of two cost arrays where -1 means "not allowed"."""
+    return np.where(a < 0, b, np.where(b < 0, a, np.minimum(a, b)))
 
 
 def _group_costs(g, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarray) -> np.ndarray:
     vals = np.full(ids.shape[0], -1, dtype=np.int64)
     nxt, _ = g.after_lexeme(stack, pre)
-    if nxt is None:
-        return vals
-    st2, lex0 = nxt
-    final, death, pres = g.info.rows_run(key, lex0, ids, offs)
-    alive = final != DEAD
-    if alive.any():
-        vals[alive] = _state_costs(g, st2, final[alive])
-    from .compiler import _groups_by_pre
-
-    for p, sel in _groups_by_pre(death, pres):
-        vals[sel] = _group_costs(g, st2, p, (key, lex0, p), ids[sel], death[sel])
+    for st2, lex0 in nxt:
+        here = np.full(ids.shape[0], -1, dtype=np.int64)
+        final, death, pres = g.info.rows_run(key, lex0, ids, offs)
+        alive = final != DEAD
+        if alive.any():
+            here[alive] = _state_costs(g, st2, final[alive])
+        for p, sel in groups_by_pre(death, pres):
+            here[sel] = _group_costs(g, st2, p, (key, lex0, p), ids[sel], death[sel])
+        vals = cheapest(vals, here)
     return vals
 
 
-def budget_mask(g, stack: tuple[int, ...], lex: int, remaining: int) -> torch.Tensor:
+def budget_mask(g, configs: tuple, remaining: int) -> torch.Tensor:
     """Tokens after which the output can still be completed in ``remaining - 1`` tokens (EOS counts
     one), plus EOS when accepting. Never all-False: if nothing fits, the tokens that leave the shortest
     completion are allowed (the engine will then stop at its token limit and report it)."""
-    from .compiler import intern_mask
-
     limit = remaining - 2
-    costs = token_costs(g, stack, lex)
-    accepting, _ = g.is_accepting(stack, lex)
+    costs = token_costs(g, *configs[0])
+    for st, lx in configs[1:]:
+        costs = cheapest(costs, token_costs(g, st, lx))
+    accepting = any(g.is_accepting(st, lx)[0] for st, lx in configs)
     ok = (costs >= 0) & (costs <= limit)
     if not ok.any() and not accepting:
         valid = costs >= 0
@@ -80,5 +82,5 @@ def budget_mask(g, stack: tuple[int, ...], lex: int, remaining: int) -> torch.Te
     if accepting:
         mask[list(g.info.eos_ids)] = True
     if not mask.any():
-        return g.entry(stack, lex).tensor
-    return intern_mask(g.info, mask)[0]
+        return g.union(configs).tensor if len(configs) > 1 else g.entry(*configs[0]).tensor
+    return g.info.intern_mask(mask)[0]

@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .budget import budget_mask, token_costs
 from .errors import GrammarError
-from .lalr import INF, DepthMemo, Tables, accepts_end, build_tables, completion_cost, push
-from .lexer import DEAD, SPACE
+from .lalr import INF, MAX_FORKS, DepthMemo, Tables, accepts_end, build_tables, completion_cost, push_all
+from .lexer import DEAD, SPACE, groups_by_pre
+from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
 
 
@@ -70,12 +72,19 @@ class CompiledGrammar:
         source: str = "<grammar>",
         start: str = "start",
         max_states: int = 20_000,
+        glr: bool = False,
     ) -> None:
         self.text = text
         self.source = source
         self.start = start
         self.info = info
-        self.tables: Tables = build_tables(text, source, start, max_states)
+        #: A general parser: LALR conflicts fork the parse, and a lexeme that several terminals accept
+        #: stands for each of them (generated grammars, whose unions may overlap). Else strict LALR(1)
+        #: with Lark's terminal ranking.
+        self.glr = glr
+        #: Schema keywords this grammar does not enforce (lenient JSON Schemas; see schema.json_schema).
+        self.not_enforced: tuple[str, ...] = ()
+        self.tables: Tables = build_tables(text, source, start, max_states, glr=glr)
         t = self.tables
         self.ignore = frozenset(t.ignore)
         # DFA id -> terminal; if two terminals share a pattern Lark's first-ranked one wins.
@@ -83,7 +92,8 @@ class CompiledGrammar:
         for term in sorted(t.terminals.values(), key=lambda x: x.rank):
             self.dfa_term.setdefault(term.dfa, term.name)
         self._rank = {name: term.rank for name, term in t.terminals.items()}
-        self._choose: dict[int, str | None] = {}
+        self._choose: dict[int, tuple[str, ...]] = {}
+        self._unions: dict = {}
         self._ctx = DepthMemo()
         self._entries = DepthMemo()
         self._groups = DepthMemo()
@@ -117,9 +127,9 @@ class CompiledGrammar:
         shiftable = []
         for name in t.actions[stack[-1]]:
             if name in t.terminals and name not in self.ignore:
-                st, low = push(t, stack, name)
+                sts, low = push_all(t, stack, name)
                 lowest = min(lowest, low)
-                if st is not None:
+                if sts:
                     shiftable.append(name)
         end_ok, low = accepts_end(t, stack)
         lowest = min(lowest, low)
@@ -131,68 +141,85 @@ class CompiledGrammar:
         self._ctx.put(after_ignore, stack, lowest, (ctx, len(stack) - lowest))
         return ctx, lowest
 
-    def choose(self, lex: int) -> str | None:
-        """The terminal an accepting lexer state stands for (Lark's ranking), or None."""
-        got = self._choose.get(lex, 0)
-        if got != 0:
+    def choose(self, lex: int) -> tuple[str, ...]:
+        """The terminals an accepting lexer state stands for: Lark's first-ranked one, or (``glr``) every
+        one; () if none."""
+        got = self._choose.get(lex)
+        if got is not None:
             return got
-        names = [self.dfa_term[d] for d in SPACE.accepting[lex] if d in self.dfa_term]
-        best = min(names, key=self._rank.__getitem__) if names else None
-        self._choose[lex] = best
-        return best
+        names = sorted(
+            {self.dfa_term[d] for d in SPACE.accepting[lex] if d in self.dfa_term}, key=self._rank.__getitem__
+        )
+        got = self._choose[lex] = tuple(names if self.glr else names[:1])
+        return got
 
-    def after_lexeme(self, stack: tuple[int, ...], lex: int):
-        """End the (accepting) lexeme in ``lex``. Returns ``((stack', lex0') or None, lowest)``: the
-        lowest stack index read counts even on failure (a failure depends on the stack too)."""
-        term = self.choose(lex)
-        top = len(stack) - 1
-        if term is None:
-            return None, top
-        if term in self.ignore:
-            ctx, low = self.context(stack, True)
-            return ((stack, ctx.lex0) if ctx.lex0 != DEAD else None), low
-        st, low = push(self.tables, stack, term)
-        if st is None:
-            return None, low
-        ctx, low2 = self.context(st, False)
-        low = min(low, low2)
-        return ((st, ctx.lex0) if ctx.lex0 != DEAD else None), low
+    def after_lexeme(self, stack: tuple[int, ...], lex: int) -> tuple[list[tuple[tuple[int, ...], int]], int]:
+        """End the (accepting) lexeme in ``lex``. Returns ``([(stack', lex0'), ...], lowest)``: one pair
+        per parse that goes on (none on failure); the lowest stack index read counts even on failure."""
+        out: list[tuple[tuple[int, ...], int]] = []
+        lowest = len(stack) - 1
+        for term in self.choose(lex):
+            if term in self.ignore:
+                ctx, low = self.context(stack, True)
+                lowest = min(lowest, low)
+                if ctx.lex0 != DEAD:
+                    out.append((stack, ctx.lex0))
+                continue
+            sts, low = push_all(self.tables, stack, term)
+            lowest = min(lowest, low)
+            for st in sts:
+                ctx, low2 = self.context(st, False)
+                lowest = min(lowest, low2)
+                if ctx.lex0 != DEAD:
+                    out.append((st, ctx.lex0))
+        return (list(dict.fromkeys(out)) if len(out) > 1 else out), lowest
 
     def is_accepting(self, stack: tuple[int, ...], lex: int) -> tuple[bool, int]:
         if SPACE.is_start[lex] or lex == DEAD:
             ctx, low = self.context(stack, False)
             return ctx.end_ok, low
-        term = self.choose(lex)
-        if term is None:
-            return False, len(stack) - 1
-        if term in self.ignore:
-            return self.context(stack, False)[0].end_ok, len(stack) - 1
-        st, low = push(self.tables, stack, term)
-        if st is None:
-            return False, low
-        ok, low2 = accepts_end(self.tables, st)
-        return ok, min(low, low2)
+        lowest = len(stack) - 1
+        for term in self.choose(lex):
+            if term in self.ignore:
+                if self.context(stack, False)[0].end_ok:
+                    return True, lowest
+                continue
+            sts, low = push_all(self.tables, stack, term)
+            lowest = min(lowest, low)
+            for st in sts:
+                ok, low2 = accepts_end(self.tables, st)
+                lowest = min(lowest, low2)
+                if ok:
+                    return True, lowest
+        return False, lowest
 
     # -- scalar stepping (advance) ------------------------------------------------------------------
 
-    def feed(self, stack: tuple[int, ...], lex: int, data: bytes):
-        """Feed bytes; returns the new ``(stack, lex)`` or None if they cannot continue the output."""
+    def feed(self, stack: tuple[int, ...], lex: int, data: bytes) -> list[tuple[tuple[int, ...], int]]:
+        """Feed bytes; returns the states ``(stack, lex)`` they lead to: one for an LALR(1) grammar, any
+        number where a general parse forks; none if they cannot continue the output."""
         step = SPACE.step
+        accepting = SPACE.accepting
+        cur = [(stack, lex)]
         for b in data:
-            nxt = step(lex, b)
-            if nxt != DEAD:
-                lex = nxt
-                continue
-            if not SPACE.accepting[lex]:
-                return None
-            r, _ = self.after_lexeme(stack, lex)
-            if r is None:
-                return None
-            stack, lex0 = r
-            lex = step(lex0, b)
-            if lex == DEAD:
-                return None
-        return stack, lex
+            nxt = []
+            for st, lx in cur:
+                n = step(lx, b)
+                if n != DEAD:
+                    nxt.append((st, n))
+                elif accepting[lx]:
+                    for st2, lex0 in self.after_lexeme(st, lx)[0]:
+                        n = step(lex0, b)
+                        if n != DEAD:
+                            nxt.append((st2, n))
+            if len(nxt) > 1:
+                nxt = list(dict.fromkeys(nxt))
+                if len(nxt) > MAX_FORKS:
+                    raise GrammarError(f"{self.source}: too ambiguous here (over {MAX_FORKS} parses)")
+            elif not nxt:
+                return nxt
+            cur = nxt
+        return cur
 
     def token_bytes(self, tid: int) -> bytes | None:
         if tid < len(self.info.token_bytes):
@@ -217,18 +244,18 @@ class CompiledGrammar:
             # Tokens whose first byte cannot continue the lexeme: it ends first, then they start anew.
             nxt, low = self.after_lexeme(stack, lex)
             lowest = min(lowest, low)
-            if nxt is not None:
-                st2, lex0 = nxt
-                e = self.entry(st2, lex0)
-                lowest = min(lowest, len(st2) - e.depth)
-                sel = info.ends_first(lex, run)
-                mask[sel] = e.mask[sel]
+            if nxt:
+                ends = info.ends_first_mask(lex, run)
+                for st2, lex0 in nxt:
+                    e = self.entry(st2, lex0)
+                    lowest = min(lowest, len(st2) - e.depth)
+                    mask |= ends & e.mask
         for k, (pre, ids, offs) in enumerate(run.cross):
             ok, low = self._group_allowed(stack, pre, ("x", lex, k), ids, offs)
             lowest = min(lowest, low)
             mask[ok] = True
         for tid, data in self.named_special:
-            if self.feed(stack, lex, data) is not None:
+            if self.feed(stack, lex, data):
                 mask[tid] = True
         accepting, low = self.is_accepting(stack, lex)
         lowest = min(lowest, low)
@@ -237,7 +264,7 @@ class CompiledGrammar:
             mask[list(info.eos_ids)] = True
         if not mask.any():
             raise GrammarError(f"{self.source}: dead state (no token can continue); grammar bug?")
-        tensor, view = intern_mask(info, mask)
+        tensor, view = info.intern_mask(mask)
         e = Entry(tensor, view, accepting, only_eos, len(stack) - max(lowest, 0))
         self._entries.put(lex, stack, lowest, e)
         return e
@@ -250,17 +277,15 @@ class CompiledGrammar:
         if got is not None:
             return got[0], len(stack) - got[1]
         nxt, lowest = self.after_lexeme(stack, pre)
-        if nxt is None:
-            ok = ids[:0]
-        else:
-            st2, lex0 = nxt
+        parts = [ids[:0]]
+        for st2, lex0 in nxt:
             final, death, pres = self.info.rows_run(key, lex0, ids, offs)
-            parts = [ids[final != DEAD]]
-            for p, sel in _groups_by_pre(death, pres):
+            parts.append(ids[final != DEAD])
+            for p, sel in groups_by_pre(death, pres):
                 sub, low = self._group_allowed(st2, p, (key, lex0, p), ids[sel], death[sel])
                 lowest = min(lowest, low)
                 parts.append(sub)
-            ok = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        ok = parts[-1] if len(parts) == 2 else np.unique(np.concatenate(parts))
         lowest = max(lowest, 0)
         self._groups.put(key, stack, lowest, (ok, len(stack) - lowest))
         return ok, lowest
@@ -292,8 +317,8 @@ class CompiledGrammar:
                 if term in self.ignore:
                     c = dist + self.parser_cost(stack)
                 else:
-                    st, _ = push(self.tables, stack, term)
-                    c = INF if st is None else dist + self.parser_cost(st)
+                    sts, _ = push_all(self.tables, stack, term)
+                    c = min((dist + self.parser_cost(st) for st in sts), default=INF)
                 best = min(best, c)
         self._cost_memo[key] = best
         return best
@@ -303,30 +328,37 @@ class CompiledGrammar:
         key = ("max", lex, stack)
         got = self._cost_memo.get(key)
         if got is None:
-            from .budget import token_costs
-
             costs = token_costs(self, stack, lex)
             got = self._cost_memo[key] = int(costs.max()) if costs.size else -1
         return got
 
-    def budget_mask(self, stack: tuple[int, ...], lex: int, remaining: int) -> torch.Tensor:
-        """The mask under a token budget (see ``budget.budget_mask``); cached per state and limit."""
-        key = (lex, stack, remaining - 2)
+    def budget_mask(self, configs: tuple, remaining: int) -> torch.Tensor:
+        """The mask under a token budget (see ``budget.budget_mask``); cached per states and limit."""
+        key = (configs, remaining - 2)
         got = self._budget.get(key)
         if got is None:
-            from .budget import budget_mask
-
-            got = self._budget[key] = budget_mask(self, stack, lex, remaining)
+            got = self._budget[key] = budget_mask(self, configs, remaining)
             if len(self._budget) > 512:
                 self._budget.popitem(last=False)
         return got
 
+    def union(self, configs: tuple) -> Entry:
+        """The entry of several parser states at once (a forked parse): the union of their masks."""
+        got = self._unions.get(configs)
+        if got is None:
+            entries = [self.entry(st, lx) for st, lx in configs]
+            mask = np.logical_or.reduce([e.mask for e in entries])
+            tensor, view = self.info.intern_mask(mask)
+            got = Entry(tensor, view, any(e.accepting for e in entries), all(e.only_eos for e in entries), 0)
+            if len(self._unions) > 4096:
+                self._unions.clear()
+            self._unions[configs] = got
+        return got
+
     # -- public ----------------------------------------------------------------------------------------
 
-    def matcher(self):
+    def matcher(self) -> GrammarMatcher:
         """A fresh matcher at the start of the output."""
-        from .matcher import GrammarMatcher
-
         return GrammarMatcher(self)
 
     def lark(self):
@@ -338,33 +370,10 @@ class CompiledGrammar:
     def stats(self) -> dict:
         return {
             "lalr_states": self.n_states,
+            "conflicts": len(self.tables.forks),
             "mask_entries": len(self._entries),
             "lexer_states_cached": self.info.cached_lexer_states,
         }
-
-
-def _groups_by_pre(death: np.ndarray, pre: np.ndarray):
-    """Rows that died after an accepting lexeme, grouped by that lexer state: [(pre, row indices)]."""
-    crossing = (death >= 0) & SPACE.accepting_np[pre]
-    idx = np.flatnonzero(crossing)
-    if not idx.size:
-        return []
-    p = pre[idx]
-    order = np.argsort(p, kind="stable")
-    idx, p = idx[order], p[order]
-    cuts = np.flatnonzero(np.diff(p)) + 1
-    return [(int(p[a]), idx[a:b]) for a, b in zip(np.r_[0, cuts], np.r_[cuts, p.size])]
-
-
-def intern_mask(info: TokenizerInfo, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
-    """One shared tensor per distinct mask (per tokenizer); returns (tensor, its numpy view)."""
-    key = np.packbits(mask).tobytes()
-    store = info.masks
-    got = store.get(key)
-    if got is None:
-        mask = mask.copy()
-        got = store[key] = (torch.from_numpy(mask), mask)
-    return got
 
 
 def read_grammar(source: str | Path) -> tuple[str, str]:
@@ -386,8 +395,14 @@ def read_grammar(source: str | Path) -> tuple[str, str]:
 
 
 def compile_grammar(
-    source: str | Path, info: TokenizerInfo, *, start: str = "start", max_states: int = 20_000
+    source: str | Path,
+    info: TokenizerInfo,
+    *,
+    start: str = "start",
+    max_states: int = 20_000,
+    glr: bool = False,
 ) -> CompiledGrammar:
-    """Compile Lark grammar text, a ``.lark`` path, or the name of a file in ``grammars/``."""
+    """Compile Lark grammar text, a ``.lark`` path, or the name of a file in ``grammars/``. Strict
+    LALR(1) unless ``glr`` (then conflicts fork the parse: see ``CompiledGrammar``)."""
     text, name = read_grammar(source)
-    return CompiledGrammar(text, info, source=name, start=start, max_states=max_states)
+    return CompiledGrammar(text, info, source=name, start=start, max_states=max_states, glr=glr)

@@ -20,6 +20,7 @@ from collections import deque
 import numpy as np
 
 from .errors import GrammarError
+from .limits import check
 from .regex import MAX_CP, Node, negate, parse
 
 _LEN_BOUNDS = ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CP))
@@ -263,6 +264,8 @@ def _subset(nfa: _NFA, start: int, final: int) -> tuple[np.ndarray, np.ndarray]:
                 order.append(tgt)
                 if len(order) > MAX_DFA_STATES:
                     raise GrammarError(f"regex too large (DFA over {MAX_DFA_STATES} states)")
+                if not len(order) & 255:
+                    check()
             row.append(j)
         rows.append(row)
     class_rows = np.array(rows, dtype=np.int64).reshape(len(rows), n_classes)
@@ -360,6 +363,8 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, pattern: str = "") -> ByteDFA:
                 order.append(key)
                 if len(order) > MAX_DFA_STATES:
                     raise GrammarError(f"terminal {pattern!r} too large")
+                if not len(order) & 255:
+                    check()
             row.append(j)
         rows.append(row)
         if mode == "and":

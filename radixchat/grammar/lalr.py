@@ -16,10 +16,11 @@ from lark.common import ParserConf
 from lark.exceptions import LarkError
 from lark.lexer import PatternStr
 from lark.load_grammar import load_grammar
-from lark.parsers.lalr_analysis import LALR_Analyzer, Shift
+from lark.parsers.lalr_analysis import LALR_Analyzer, Reduce, Shift
 
 from .errors import GrammarError
 from .lexer import SPACE
+from .limits import check
 
 INF = 1 << 40
 ROOT = "$root"
@@ -60,6 +61,9 @@ class Tables:
     terminals: dict[str, Terminal]
     ignore: tuple[str, ...]
     minlen: dict[str, int]
+    #: Conflicts kept for the general (GLR) parser: ``forks[(q, T)]`` lists every action; ``actions[q][T]``
+    #: holds the first. Empty for LALR(1) grammars (the fast, deterministic path).
+    forks: dict[tuple[int, str], tuple[tuple[bool, int], ...]]
 
     @property
     def n_states(self) -> int:
@@ -72,9 +76,12 @@ def _short(e: Exception) -> str:
 
 
 def build_tables(
-    text: str, source: str = "<grammar>", start: str = "start", max_states: int = 20_000
+    text: str, source: str = "<grammar>", start: str = "start", max_states: int = 20_000, glr: bool = False
 ) -> Tables:
-    """Load Lark grammar text and build strict LALR(1) tables. Raises GrammarError."""
+    """Load Lark grammar text and build LALR(1) tables. Raises GrammarError.
+
+    Strict by default: a conflict is an error. With ``glr``, conflicts are kept (``Tables.forks``) for a
+    general parser that follows every action (``push_all``)."""
     try:
         grammar, _ = load_grammar(text, source, None, False)
         terms, rules, ignore = grammar.compile([start], set())
@@ -89,13 +96,15 @@ def build_tables(
                 f"{source}: {len(analyzer.lr0_itemsets)} LALR states (limit {max_states}); "
                 "avoid `x?`/[x] on many items in one rule, use helper rules"
             )
+        check()
         analyzer.compute_reads_relations()
         analyzer.compute_includes_lookback()
         analyzer.compute_lookaheads()
-        analyzer.compute_lalr1_states()
+        if not glr:
+            analyzer.compute_lalr1_states()
     except LarkError as e:
         raise GrammarError(f"{source}: not LALR(1): {_short(e)}") from None
-    table = analyzer.parse_table
+    table = _all_actions(analyzer, start) if glr else analyzer.parse_table
     by_closure = {s.closure: s for s in analyzer.lr0_itemsets}
     states = list(table.states)
     idx = {s: i for i, s in enumerate(states)}
@@ -104,24 +113,32 @@ def build_tables(
     rule_list: list[tuple[str, int]] = []
     actions: list[dict[str, tuple[bool, int]]] = []
     gotos: list[dict[str, int]] = []
-    for s in states:
+    forks: dict[tuple[int, str], tuple[tuple[bool, int], ...]] = {}
+    for q, s in enumerate(states):
         acts: dict[str, tuple[bool, int]] = {}
         gts: dict[str, int] = {}
-        for sym, (action, arg) in table.states[s].items():
-            if action is Shift:
-                if sym in term_names:
-                    acts[sym] = (True, idx[arg])
+        for sym, entry in table.states[s].items():
+            options = []
+            for action, arg in entry if glr else [entry]:
+                if action is Shift:
+                    if sym in term_names:
+                        options.append((True, idx[arg]))
+                    else:
+                        gts[sym] = idx[arg]
                 else:
-                    gts[sym] = idx[arg]
-            else:
-                k = rule_idx.get(arg)
-                if k is None:
-                    k = rule_idx[arg] = len(rule_list)
-                    rule_list.append((arg.origin.name, len(arg.expansion)))
-                acts[sym] = (False, k)
+                    k = rule_idx.get(arg)
+                    if k is None:
+                        k = rule_idx[arg] = len(rule_list)
+                        rule_list.append((arg.origin.name, len(arg.expansion)))
+                    options.append((False, k))
+            if options:
+                acts[sym] = options[0]
+                if len(options) > 1:
+                    forks[(q, sym)] = tuple(options)
         actions.append(acts)
         gotos.append(gts)
 
+    check()
     terminals: dict[str, Terminal] = {}
     for t in terms:
         pattern = t.pattern.to_regexp()
@@ -163,7 +180,34 @@ def build_tables(
         terminals,
         tuple(ignore),
         minlen,
+        forks,
     )
+
+
+class _Table:
+    """``states[closure][symbol]`` = [(Shift, closure) | (Reduce, rule), ...] with every conflict kept."""
+
+    def __init__(self, states: dict, start_states: dict, end_states: dict) -> None:
+        self.states, self.start_states, self.end_states = states, start_states, end_states
+
+
+def _all_actions(analyzer, start: str) -> _Table:
+    """Lark's ``compute_lalr1_states`` without resolving conflicts: a rule of higher priority still wins
+    a reduce/reduce tie, as in Lark; everything else stays, for ``push_all``."""
+    states: dict = {}
+    for itemset in analyzer.lr0_itemsets:
+        acts: dict[str, list] = {la.name: [(Shift, nxt.closure)] for la, nxt in itemset.transitions.items()}
+        for la, rules in itemset.lookaheads.items():
+            top = max((r.options.priority or 0) for r in rules)
+            best = [r for r in rules if (r.options.priority or 0) == top]
+            acts.setdefault(la.name, []).extend((Reduce, r) for r in sorted(best, key=str))
+        states[itemset.closure] = acts
+    end_states = {}
+    for closure in states:
+        for rp in closure:
+            if rp.rule.origin.name == "$root_" + start and rp.is_satisfied:
+                end_states[start] = closure
+    return _Table(states, {start: analyzer.lr0_start_states[start].closure}, end_states)
 
 
 def _min_lengths(rules, terminals: dict[str, Terminal]) -> dict[str, int]:
@@ -207,8 +251,47 @@ def push(tables: Tables, stack: tuple[int, ...], term: str) -> tuple[tuple[int, 
         st = st + (gotos[st[-1]][origin],)
 
 
+MAX_FORKS = 64  # parses followed at once (a guard against explosive ambiguity: each costs a mask)
+
+
+def push_all(tables: Tables, stack: tuple[int, ...], term: str) -> tuple[list[tuple[int, ...]], int]:
+    """``push`` following every action where the grammar has conflicts: the new stacks (none on error,
+    several where the parse forks) and the lowest index read."""
+    if not tables.forks:
+        st, low = push(tables, stack, term)
+        return ([st] if st is not None else []), low
+    actions, gotos, rules, forks = tables.actions, tables.gotos, tables.rules, tables.forks
+    lowest = len(stack) - 1
+    out: dict[tuple[int, ...], None] = {}
+    todo = [stack]
+    seen = {stack}
+    while todo:
+        st = todo.pop()
+        top = st[-1]
+        act = actions[top].get(term)
+        if act is None:
+            continue
+        for is_shift, arg in forks.get((top, term), (act,)):
+            if is_shift:
+                out[st + (arg,)] = None
+                continue
+            origin, n = rules[arg]
+            below = st[:-n] if n else st
+            if len(below) - 1 < lowest:
+                lowest = len(below) - 1
+            nxt = below + (gotos[below[-1]][origin],)
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+                if len(seen) > MAX_FORKS:
+                    raise GrammarError(f"the grammar is too ambiguous here (over {MAX_FORKS} parses)")
+    return list(out), max(lowest, 0)
+
+
 def accepts_end(tables: Tables, stack: tuple[int, ...]) -> tuple[bool, int]:
     """Whether the input may end here (Lark's ``$END`` handling), and the lowest index read."""
+    if tables.forks:
+        return _accepts_end_forked(tables, stack)
     actions, gotos, rules, end = tables.actions, tables.gotos, tables.rules, tables.end
     lowest = len(stack) - 1
     st = stack
@@ -227,6 +310,36 @@ def accepts_end(tables: Tables, stack: tuple[int, ...]) -> tuple[bool, int]:
         if g == end:
             return True, lowest
         st = st + (g,)
+
+
+def _accepts_end_forked(tables: Tables, stack: tuple[int, ...]) -> tuple[bool, int]:
+    actions, gotos, rules, end, forks = tables.actions, tables.gotos, tables.rules, tables.end, tables.forks
+    lowest = len(stack) - 1
+    todo = [stack]
+    seen = {stack}
+    while todo:
+        st = todo.pop()
+        act = actions[st[-1]].get(END)
+        if act is None:
+            continue
+        for is_shift, arg in forks.get((st[-1], END), (act,)):
+            if is_shift:
+                continue
+            origin, n = rules[arg]
+            below = st[:-n] if n else st
+            lowest = min(lowest, len(below) - 1)
+            g = gotos[below[-1]].get(origin)
+            if g is None:
+                continue
+            if g == end:
+                return True, max(lowest, 0)
+            nxt = below + (g,)
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+                if len(seen) > MAX_FORKS:
+                    raise GrammarError(f"the grammar is too ambiguous here (over {MAX_FORKS} parses)")
+    return False, max(lowest, 0)
 
 
 def _reductions(tables: Tables, stack: tuple[int, ...]) -> list[tuple[int, tuple[int, ...] | None]]:

@@ -13,6 +13,7 @@ in one numpy table (vectorised runs of the whole vocabulary in ``run``).
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from .errors import GrammarError
 
 MAX_LEXER_STATES = 2_000_000
 DEAD = 0
+_MIX = np.random.default_rng(0).integers(1, 1 << 40, size=4096) | 1  # column hashing in ``row``
 
 
 class LexerSpace:
@@ -36,9 +38,11 @@ class LexerSpace:
         self.rows: list[list[int] | None] = [[DEAD] * 256]
         self.accepting: list[tuple[int, ...]] = [()]
         self.is_start: list[bool] = [False]
-        self._closed: set[int] = {DEAD}
-        self._table = np.zeros((1024, 256), dtype=np.int32)
+        self._table = np.zeros((1024, 256), dtype=np.int32)  # rows materialised on demand (``table``)
         self._acc_np = np.zeros(1024, dtype=bool)
+        self._have = np.zeros(1024, dtype=bool)
+        self._have[DEAD] = True
+        self.live: list[list[tuple[int, int]] | None] = []  # see ``live_bytes``
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -85,24 +89,19 @@ class LexerSpace:
         if r is not None:
             return r
         comps = self.comps[lex]
-        if len(comps) == 1:
-            ((d, s),) = comps
-            nxt = self.dfas[d].rows[s]
-            memo: dict[int, int] = {-1: DEAD}
-            out = []
-            for t in nxt:
-                j = memo.get(t)
-                if j is None:
-                    j = memo[t] = self.intern(((d, t),))
-                out.append(j)
-        else:
-            cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64)
-            uniq, inv = np.unique(cols, axis=1, return_inverse=True)
-            ids = []
-            for k in range(uniq.shape[1]):
-                col = uniq[:, k].tolist()
-                ids.append(self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0)))
-            out = [ids[i] for i in inv.reshape(-1).tolist()]
+        # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
+        cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
+        key = ((cols + 1) * _MIX[np.arange(len(comps)) % _MIX.shape[0], None]).sum(axis=0)
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        if not (cols[:, first[inv]] == cols).all():  # a hash collision: compare whole columns
+            _, first, inv = np.unique(cols, axis=1, return_index=True, return_inverse=True)
+            inv = inv.reshape(-1)
+        ids = []
+        for k in first.tolist():
+            col = cols[:, k].tolist()
+            ids.append(self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0)))
+        out = np.array(ids, dtype=np.int64)[inv].tolist()
         self.rows[lex] = out
         return out
 
@@ -112,32 +111,35 @@ class LexerSpace:
             r = self.row(lex)
         return r[byte]
 
-    def closure(self, lex: int) -> np.ndarray:
-        """Materialise the numpy rows of every state reachable from ``lex``; returns the table."""
-        if lex in self._closed:
+    def table(self, states: np.ndarray) -> np.ndarray:
+        """The numpy transition table, with the rows of ``states`` materialised (lazily: a vocabulary
+        run pays only for the lexer states its tokens reach, never for a big DFA's whole closure)."""
+        if len(self.comps) <= self._have.shape[0] and self._have[states].all():
             return self._table
         with self.lock:
-            todo = [lex]
-            seen = {lex}
-            while todo:
-                s = todo.pop()
-                for t in set(self.row(s)):
-                    if t not in seen and t not in self._closed:
-                        seen.add(t)
-                        todo.append(t)
-            n = len(self.comps)
-            if n > self._table.shape[0]:
-                cap = max(n, 2 * self._table.shape[0])
-                table = np.zeros((cap, 256), dtype=np.int32)
-                table[: self._table.shape[0]] = self._table
-                acc = np.zeros(cap, dtype=bool)
-                acc[: self._acc_np.shape[0]] = self._acc_np
-                self._table, self._acc_np = table, acc
-            for s in seen:
+            self._grow()
+            need = np.unique(states[~self._have[states]]).tolist()
+            for s in need:
+                self.row(s)  # may intern new states: grow again before writing
+            self._grow()
+            for s in need:
                 self._table[s] = self.rows[s]
                 self._acc_np[s] = bool(self.accepting[s])
-            self._closed |= seen
+                self._have[s] = True
         return self._table
+
+    def _grow(self) -> None:
+        n = len(self.comps)
+        if n <= self._have.shape[0]:
+            return
+        cap = max(n, 2 * self._have.shape[0])
+        table = np.zeros((cap, 256), dtype=np.int32)
+        table[: self._table.shape[0]] = self._table
+        acc = np.zeros(cap, dtype=bool)
+        acc[: self._acc_np.shape[0]] = self._acc_np
+        have = np.zeros(cap, dtype=bool)
+        have[: self._have.shape[0]] = self._have
+        self._table, self._acc_np, self._have = table, acc, have
 
     @property
     def accepting_np(self) -> np.ndarray:
@@ -178,8 +180,9 @@ def run(
     died first); for rows that died, ``death`` is the offset of the byte that could not be consumed
     and ``pre`` the lexer state before it (``death`` is -1 for rows that did not die).
     """
-    table = SPACE.closure(lex)
     n = ids.shape[0]
+    if n <= SCALAR_ROWS:
+        return _run_scalar(lex, ids, offs, flat, starts, lens)
     final = np.zeros(n, dtype=np.int32)
     death = np.full(n, -1, dtype=np.int32)
     pre = np.zeros(n, dtype=np.int32)
@@ -194,7 +197,7 @@ def run(
         keep = ~done
         rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
     while rows.size:
-        nxt = table[cur, flat[base + pos]]
+        nxt = SPACE.table(cur)[cur, flat[base + pos]]
         dead = nxt == DEAD
         if dead.any():
             r = rows[dead]
@@ -212,9 +215,41 @@ def run(
     return final, death, pre
 
 
+SCALAR_ROWS = 48  # below this many rows, a Python loop beats numpy's per-call overhead
+
+
+def _run_scalar(
+    lex: int, ids: np.ndarray, offs: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray
+):
+    """``run`` for a few rows, one byte at a time in Python."""
+    step = SPACE.step
+    out_final, out_death, out_pre = [], [], []
+    for i, o in zip(ids.tolist(), offs.tolist()):
+        cur, pos, dead_at = lex, int(starts[i]) + o, -1
+        end = int(starts[i]) + int(lens[i])
+        for b in flat[pos:end].tolist():
+            nxt = step(cur, b)
+            if nxt == DEAD:
+                dead_at = pos - int(starts[i])
+                break
+            cur = nxt
+            pos += 1
+        out_final.append(DEAD if dead_at >= 0 else cur)
+        out_death.append(dead_at)
+        out_pre.append(cur if dead_at >= 0 else 0)
+    SPACE.table(np.array(out_pre + [lex], dtype=np.int32))  # accepting_np must know every pre state
+    return (
+        np.array(out_final, dtype=np.int32),
+        np.array(out_death, dtype=np.int32),
+        np.array(out_pre, dtype=np.int32),
+    )
+
+
 def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> LexRun:
-    """Compute the ``LexRun`` of a lexer state over all text tokens."""
+    """Compute the ``LexRun`` of a lexer state over the text tokens ``text_ids`` (all those whose first
+    byte can continue the lexeme: the others end it before their first byte, see ``LexRun.cont``)."""
     final, death, pre = run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
+    SPACE.table(np.array([lex], dtype=np.int32))
     inside = final != DEAD
     acc = SPACE.accepting_np
     crossing = (death >= 1) & acc[pre]
@@ -228,3 +263,93 @@ def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray
             cross.append((int(cpre[a]), cid[a:b], coff[a:b]))
     cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
     return LexRun(text_ids[inside], final[inside], cont, cross)
+
+
+_BYTE = [bytes([b]) for b in range(256)]
+WIDE = 16  # a lexer state with more live bytes is run vectorised, not walked
+
+
+def live_bytes(lex: int) -> list[tuple[int, int]]:
+    """``[(byte, next lexer state)]`` for the bytes that continue the lexeme of ``lex`` (cached)."""
+    got = SPACE.live[lex] if lex < len(SPACE.live) else None
+    if got is None:
+        row = SPACE.row(lex)
+        got = [(b, t) for b, t in enumerate(row) if t != DEAD]
+        with SPACE.lock:
+            SPACE.live.extend([None] * (len(SPACE.comps) - len(SPACE.live)))
+            SPACE.live[lex] = got
+    return got
+
+
+def walk_run(
+    lex: int, toks: list[bytes], ids: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray
+) -> LexRun:
+    """``lex_run`` for a narrow lexer state: a walk down the sorted vocabulary (``toks``, their ids
+    ``ids``), one prefix at a time, that visits only the prefixes the lexeme can take; a sub-range that
+    reaches a wide lexer state is run vectorised from there. Cost: the prefixes visited, not the
+    vocabulary."""
+    accepting = SPACE.accepting
+    in_pos: list[int] = []
+    in_fin: list[int] = []
+    cross: dict[int, list[tuple[int, int, int]]] = {}
+    wide: list[tuple[int, int, int, int]] = []
+    todo = [(lex, b"", 0, len(toks))]
+    while todo:
+        s, p, lo, hi = todo.pop()
+        d = len(p)
+        if d and toks[lo] == p:  # the token that is exactly this prefix (sorted first)
+            in_pos.append(lo)
+            in_fin.append(s)
+            lo += 1
+            if lo >= hi:
+                continue
+        live = live_bytes(s)
+        if d and len(live) > WIDE:
+            wide.append((s, lo, hi, d))
+            continue
+        covered = lo
+        for b, t in live:
+            pb = p + _BYTE[b]
+            a = bisect_left(toks, pb, covered, hi)
+            z = bisect_left(toks, p + _BYTE[b + 1], a, hi) if b < 255 else hi
+            if a < z:
+                if d and accepting[s] and a > covered:
+                    cross.setdefault(s, []).append((covered, a, d))
+                todo.append((t, pb, a, z))
+                covered = z
+        if d and accepting[s] and covered < hi:
+            cross.setdefault(s, []).append((covered, hi, d))
+    inside_ids = [ids[in_pos]]
+    inside_final = [np.array(in_fin, dtype=np.int32)]
+    groups: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for s, ranges in cross.items():
+        for a, z, d in ranges:
+            groups.setdefault(s, []).append((ids[a:z], np.full(z - a, d, dtype=np.int32)))
+    for s, lo, hi, d in wide:
+        rows = ids[lo:hi]
+        final, death, pre = run(s, rows, np.full(rows.shape[0], d, dtype=np.int64), flat, starts, lens)
+        inside = final != DEAD
+        inside_ids.append(rows[inside])
+        inside_final.append(final[inside])
+        crossing = (death >= 1) & SPACE.accepting_np[pre]
+        for p_state, sel in groups_by_pre(np.where(crossing, death, -1), pre):
+            groups.setdefault(p_state, []).append((rows[sel], death[sel]))
+    out_cross = [
+        (p_state, np.concatenate([g[0] for g in parts]), np.concatenate([g[1] for g in parts]))
+        for p_state, parts in sorted(groups.items())
+    ]
+    cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
+    return LexRun(np.concatenate(inside_ids), np.concatenate(inside_final), cont, out_cross)
+
+
+def groups_by_pre(death: np.ndarray, pre: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Rows that died after an accepting lexeme, grouped by that lexer state: [(pre, row indices)]."""
+    crossing = (death >= 0) & SPACE.accepting_np[pre]
+    idx = np.flatnonzero(crossing)
+    if not idx.size:
+        return []
+    p = pre[idx]
+    order = np.argsort(p, kind="stable")
+    idx, p = idx[order], p[order]
+    cuts = np.flatnonzero(np.diff(p)) + 1
+    return [(int(p[a]), idx[a:b]) for a, b in zip(np.r_[0, cuts], np.r_[cuts, p.size])]

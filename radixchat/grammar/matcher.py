@@ -6,28 +6,74 @@ It satisfies the engine's ``TokenMatcher`` protocol (``allowed``, ``advance``, `
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 import torch
 
-from .compiler import CompiledGrammar, Entry
 from .errors import GrammarError
 from .lexer import DEAD, SPACE
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .tokenizer import TokenizerInfo
+
+Configs = tuple[tuple[tuple[int, ...], int], ...]  # the parses followed: (LALR stack, lexer state) each
+
+
+class MaskEntry(Protocol):
+    """The mask of one parser state, as the grammar gives it (``compiler.Entry``)."""
+
+    @property
+    def tensor(self) -> torch.Tensor: ...
+    @property
+    def mask(self) -> np.ndarray: ...
+    @property
+    def accepting(self) -> bool: ...
+    @property
+    def only_eos(self) -> bool: ...
+
+
+class StartContext(Protocol):
+    @property
+    def lex0(self) -> int: ...
+
+
+class MatcherGrammar(Protocol):
+    """What a matcher uses of its grammar. ``compiler.CompiledGrammar`` is it, and creates the matchers:
+    so the matcher names these members here instead of importing the compiler, even for type checking
+    (a module importing a module that imports it back is a loop)."""
+
+    info: TokenizerInfo
+    initial_stack: tuple[int, ...]
+    horizon: int
+
+    def context(self, stack: tuple[int, ...], after_ignore: bool) -> tuple[StartContext, int]: ...
+    def entry(self, stack: tuple[int, ...], lex: int) -> MaskEntry: ...
+    def union(self, configs: Configs) -> MaskEntry: ...
+    def feed(self, stack: tuple[int, ...], lex: int, data: bytes) -> list[tuple[tuple[int, ...], int]]: ...
+    def token_bytes(self, tid: int) -> bytes | None: ...
+    def lex_cost(self, stack: tuple[int, ...], lex: int) -> int: ...
+    def max_next_cost(self, stack: tuple[int, ...], lex: int) -> int: ...
+    def budget_mask(self, configs: Configs, remaining: int) -> torch.Tensor: ...
+
 
 class GrammarMatcher:
-    """The state of one constrained output: LALR stack + lexer state, plus the tokens taken so far.
+    """The state of one constrained output: its parser states ``(LALR stack, lexer state)`` -- one for an
+    LALR(1) grammar, several while a general (GLR) parse is forked -- plus the tokens taken so far.
 
     Contract: ``allowed()`` never returns an all-False mask; EOS ids are set iff ``is_accepting()``;
     after ``advance(eos)`` the matcher is finished and only EOS stays allowed.
     """
 
-    __slots__ = ("grammar", "stack", "lex", "_entry", "finished", "n_tokens", "_eos", "budget_limited")
+    __slots__ = ("grammar", "configs", "_entry", "finished", "n_tokens", "_eos", "budget_limited")
 
-    def __init__(self, grammar: CompiledGrammar) -> None:
+    def __init__(self, grammar: MatcherGrammar) -> None:
         self.grammar = grammar
-        self.stack: tuple[int, ...] = grammar.initial_stack
-        ctx, _ = grammar.context(self.stack, False)
-        self.lex = ctx.lex0
-        self._entry: Entry | None = None
+        stack = grammar.initial_stack
+        ctx, _ = grammar.context(stack, False)
+        self.configs: Configs = ((stack, ctx.lex0),)
+        self._entry: MaskEntry | None = None
         self.finished = False
         self.n_tokens = 0
         # True when the last ``allowed(remaining)`` removed tokens only because the budget ran low: an
@@ -35,32 +81,44 @@ class GrammarMatcher:
         self.budget_limited = False
         self._eos = frozenset(grammar.info.eos_ids)
 
+    @property
+    def stack(self) -> tuple[int, ...]:
+        """The LALR stack of the first parse (the only one for LALR(1) grammars)."""
+        return self.configs[0][0]
+
+    @property
+    def lex(self) -> int:
+        return self.configs[0][1]
+
+    def _current(self) -> MaskEntry:
+        e = self._entry
+        if e is None:
+            c = self.configs
+            e = self._entry = self.grammar.entry(*c[0]) if len(c) == 1 else self.grammar.union(c)
+        return e
+
     # -- the TokenMatcher protocol ---------------------------------------------------------------------
 
     def allowed(self, remaining: int | None = None) -> torch.Tensor:
         """bool[vocab_size] on CPU (interned: do not mutate). With ``remaining`` (tokens the request may
         still generate, EOS included), only tokens after which the output can still be completed in
         budget are allowed (see ``CompiledGrammar.budget_mask``)."""
-        e = self._entry
-        if e is None:
-            e = self._entry = self.grammar.entry(self.stack, self.lex)
+        e = self._current()
         self.budget_limited = False
         if remaining is None or self.finished:
             return e.tensor
         g = self.grammar
         limit = remaining - 2
-        if limit >= g.lex_cost(self.stack, self.lex) + g.horizon or limit >= g.max_next_cost(
-            self.stack, self.lex
+        if limit >= min(g.lex_cost(st, lx) for st, lx in self.configs) + g.horizon or limit >= max(
+            g.max_next_cost(st, lx) for st, lx in self.configs
         ):
             return e.tensor
-        mask = g.budget_mask(self.stack, self.lex, max(int(remaining), 1))
+        mask = g.budget_mask(self.configs, max(int(remaining), 1))
         self.budget_limited = mask is not e.tensor  # masks are interned: equal masks are one object
         return mask
 
     def can_advance(self, token_id: int) -> bool:
-        e = self._entry
-        if e is None:
-            e = self._entry = self.grammar.entry(self.stack, self.lex)
+        e = self._current()
         return 0 <= token_id < e.mask.shape[0] and bool(e.mask[token_id])
 
     def advance(self, token_id: int) -> None:
@@ -77,53 +135,51 @@ class GrammarMatcher:
             self.n_tokens += 1
             return
         data = self.grammar.token_bytes(token_id)
-        r = self.grammar.feed(self.stack, self.lex, data) if data is not None else None
-        if r is None:  # pragma: no cover - the mask said yes; a disagreement is a bug
+        configs = self._feed(data) if data is not None else ()
+        if not configs:  # pragma: no cover - the mask said yes; a disagreement is a bug
             raise GrammarError(f"token {token_id} was allowed but cannot be fed (internal error)")
-        self.stack, self.lex = r
+        self.configs = configs
         self._entry = None
         self.n_tokens += 1
 
+    def _feed(self, data: bytes) -> tuple:
+        feed = self.grammar.feed
+        if len(self.configs) == 1:
+            return tuple(feed(*self.configs[0], data))
+        return tuple(dict.fromkeys(c for st, lx in self.configs for c in feed(st, lx, data)))
+
     def is_accepting(self) -> bool:
         """True when EOS is allowed here (the output so far is complete)."""
-        if self.finished:
-            return True
-        e = self._entry
-        if e is None:
-            e = self._entry = self.grammar.entry(self.stack, self.lex)
-        return e.accepting
+        return self.finished or self._current().accepting
 
     def is_terminated(self) -> bool:
         """Accepting and nothing but EOS can follow (or EOS was taken): the engine may stop."""
-        if self.finished:
-            return True
-        e = self._entry
-        if e is None:
-            e = self._entry = self.grammar.entry(self.stack, self.lex)
-        return e.only_eos
+        return self.finished or self._current().only_eos
 
     # -- extras ------------------------------------------------------------------------------------------
 
     def advance_bytes(self, data: bytes) -> None:
         """Feed raw text bytes (e.g. a forced prefix). Raises GrammarError if they cannot continue."""
-        r = self.grammar.feed(self.stack, self.lex, data)
-        if r is None or r[1] == DEAD:
+        configs = tuple(c for c in self._feed(data) if c[1] != DEAD)
+        if not configs:
             raise GrammarError(f"bytes {data[:40]!r} cannot continue the output here")
-        self.stack, self.lex = r
+        self.configs = configs
         self._entry = None
 
     def copy(self) -> GrammarMatcher:
         """An independent matcher in the same state (states are immutable tuples: O(1))."""
         m = GrammarMatcher.__new__(GrammarMatcher)
-        m.grammar, m.stack, m.lex, m._entry = self.grammar, self.stack, self.lex, self._entry
+        m.grammar, m.configs, m._entry = self.grammar, self.configs, self._entry
         m.finished, m.n_tokens, m._eos = self.finished, self.n_tokens, self._eos
         m.budget_limited = self.budget_limited
         return m
 
     def shortest_completion(self) -> int:
         """Bytes of the shortest text that completes the output from here (0 when accepting)."""
-        return 0 if self.finished else int(self.grammar.lex_cost(self.stack, self.lex))
+        if self.finished:
+            return 0
+        return int(min(self.grammar.lex_cost(st, lx) for st, lx in self.configs))
 
     @property
     def in_lexeme(self) -> bool:
-        return not SPACE.is_start[self.lex]
+        return not all(SPACE.is_start[lx] for _, lx in self.configs)

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from .errors import GrammarError
-from .lexer import SPACE, LexRun, lex_run
+from .lexer import DEAD, SPACE, WIDE, LexRun, lex_run, walk_run
 from .lexer import run as run_rows
 
 
@@ -97,12 +98,22 @@ class TokenizerInfo:
             b"".join(b for b in self.token_bytes if b is not None) + b"\0", dtype=np.uint8
         )
         self.text_ids = np.flatnonzero(lens > 0).astype(np.int64)
+        # Text tokens grouped by first byte: a lexer state's run starts only from the bytes it takes.
+        self._first = self.flat[self.starts[self.text_ids]]
+        order = np.argsort(self._first, kind="stable")
+        self._by_first = self.text_ids[order]
+        self._first_bounds = np.searchsorted(self._first[order], np.arange(257))
+        # The vocabulary sorted by bytes: a prefix's tokens are one range (``lexer.walk_run``).
+        order = sorted(self.text_ids.tolist(), key=self.token_bytes.__getitem__)
+        self._sorted = [self.token_bytes[i] for i in order]
+        self._sorted_ids = np.array(order, dtype=np.int64)
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
         self._runs: dict[int, LexRun] = {}
         #: Interned masks: packed bits -> (tensor, numpy view); one tensor per distinct mask.
         self.masks: dict[bytes, tuple] = {}
         self._ends_first: dict[int, np.ndarray] = {}
+        self._ends_mask: dict[int, np.ndarray] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
 
@@ -153,9 +164,26 @@ class TokenizerInfo:
     def lexrun(self, lex: int) -> LexRun:
         run = self._runs.get(lex)
         if run is None:
-            run = lex_run(lex, self.text_ids, self.flat, self.starts, self.lens)
+            live = np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD)
+            if live.size <= WIDE:
+                run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
+            elif live.size <= 64:
+                b = self._first_bounds
+                ids = np.concatenate([self._by_first[b[x] : b[x + 1]] for x in live.tolist()])
+                run = lex_run(lex, ids, self.flat, self.starts, self.lens)
+            else:
+                run = lex_run(lex, self.text_ids, self.flat, self.starts, self.lens)
             self._runs[lex] = run
         return run
+
+    def ends_first_mask(self, lex: int, run: LexRun) -> np.ndarray:
+        """bool[vocab_size]: the text tokens whose first byte cannot continue the lexeme of ``lex``."""
+        got = self._ends_mask.get(lex)
+        if got is None:
+            got = np.zeros(self.vocab_size, dtype=bool)
+            got[self.text_ids] = ~run.cont[self._first]
+            self._ends_mask[lex] = got
+        return got
 
     def ends_first(self, lex: int, run: LexRun) -> np.ndarray:
         """Text token ids whose first byte cannot continue the lexeme of ``lex`` (cached)."""
@@ -170,6 +198,15 @@ class TokenizerInfo:
         got = self._rows.get((key, lex))
         if got is None:
             got = self._rows[(key, lex)] = run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
+        return got
+
+    def intern_mask(self, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        """One shared tensor per distinct mask: returns (tensor, its numpy view); never mutate them."""
+        key = np.packbits(mask).tobytes()
+        got = self.masks.get(key)
+        if got is None:
+            mask = mask.copy()
+            got = self.masks[key] = (torch.from_numpy(mask), mask)
         return got
 
     @property

@@ -1,4 +1,7 @@
-"""The command palette's chat commands (Ctrl+P). Textual's own (themes, keys, quit) stay alongside."""
+"""The command palette's chat commands (Ctrl+P). Textual's own (themes, keys, quit) stay alongside.
+
+Each runs an action of the chat screen, whichever screen the palette was opened on (``app.…`` ones run on
+the app)."""
 
 from __future__ import annotations
 
@@ -6,7 +9,9 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-# (title, help, action run on the app)
+from radixchat.tui.screens.chat import ChatScreen
+
+# (title, help, action run on the chat screen)
 COMMANDS: list[tuple[str, str, str]] = [
     ("Mode: chat", "Free text replies", "set_mode('chat')"),
     ("Mode: json", "Replies constrained to JSON (optionally a schema)", "set_mode('json')"),
@@ -28,20 +33,22 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("Export to Markdown", "Write the chat as a Markdown file next to the session", "export_markdown"),
     ("Session settings…", "System prompt and sampling parameters", "settings"),
     ("Toggle panels", "Show or hide the cache tree, hit rate, memory and speed panels", "toggle_panels"),
-    ("Help", "All key bindings", "help"),
+    ("Help", "All key bindings", "app.help"),
 ]
 
 
 class ChatCommands(Provider):
+    def _run(self, action: str) -> partial[object]:
+        chat = next(s for s in self.app.screen_stack if isinstance(s, ChatScreen))
+        return partial(self.app.run_action, action, chat)
+
     async def discover(self) -> Hits:
         for title, help_text, action in COMMANDS:
-            yield DiscoveryHit(title, partial(self.app.run_action, action), help=help_text)
+            yield DiscoveryHit(title, self._run(action), help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for title, help_text, action in COMMANDS:
             score = matcher.match(title)
             if score > 0:
-                yield Hit(
-                    score, matcher.highlight(title), partial(self.app.run_action, action), help=help_text
-                )
+                yield Hit(score, matcher.highlight(title), self._run(action), help=help_text)

@@ -1,7 +1,8 @@
 """Every key binding of the app by group (F1 lists them), and a check of the config file's ``[keymap]``.
 
 Each binding has an id; ``[keymap]`` in config.toml maps ids to keys (``"mode.cycle" = "f5"``, several keys
-comma-separated), and Textual applies it to every screen and widget.
+comma-separated), and Textual applies it to every screen and widget. The app's own bindings are declared
+here too (``APP_BINDINGS``), so that this module needs no import of the app.
 """
 
 from __future__ import annotations
@@ -10,11 +11,26 @@ from collections.abc import Sequence
 
 from textual.binding import Binding, BindingType
 
+# The app's bindings: Textual's own two, given ids so that F1 lists them and [keymap] can move them
+# ("palette" is the word Textual's footer shows). The chat's are the chat screen's.
+APP_BINDINGS: list[BindingType] = [
+    Binding(
+        "ctrl+p",
+        "command_palette",
+        "palette",
+        id="palette",
+        show=False,
+        priority=True,
+        tooltip="Open the command palette",
+    ),
+    Binding("ctrl+q", "quit", "Quit", id="quit", show=False, priority=True),
+]
+
 
 def binding_groups() -> list[tuple[str, Sequence[BindingType]]]:
     """(group title, bindings) for every screen and widget, in the order F1 shows them."""
-    from radixchat.tui.app import RadixChatApp
     from radixchat.tui.screens.branches import BranchesScreen
+    from radixchat.tui.screens.chat import ChatScreen
     from radixchat.tui.screens.consent import ConsentScreen
     from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
     from radixchat.tui.screens.help import HelpScreen
@@ -28,7 +44,7 @@ def binding_groups() -> list[tuple[str, Sequence[BindingType]]]:
     from radixchat.tui.widgets.user_message import UserMessage
 
     return [
-        ("Chat", RadixChatApp.BINDINGS),
+        ("Chat", [*ChatScreen.BINDINGS, *APP_BINDINGS]),
         ("Prompt", PromptInput.BINDINGS),
         ("Selected message", MessageView.BINDINGS + UserMessage.BINDINGS + AssistantMessage.BINDINGS),
         ("Session browser", SessionsScreen.BINDINGS),

@@ -1,10 +1,17 @@
-"""The app's own Textual messages: what widgets and workers tell the app."""
+"""The app's own Textual messages: what widgets and workers tell the app and the chat screen."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual.message import Message
+
+if TYPE_CHECKING:
+    from radixchat.chat.backend import ChatBackend, TurnResult
+
+
+class ChatShown(Message):
+    """The chat screen is up (its transcript shows, the prompt takes input): the app loads the backend."""
 
 
 class EngineProgress(Message):
@@ -16,7 +23,7 @@ class EngineProgress(Message):
 
 
 class EngineReady(Message):
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: ChatBackend) -> None:
         super().__init__()
         self.backend = backend
 
@@ -50,6 +57,6 @@ class RegenerateRequested(Message):
 class TurnFinished(Message):
     """A reply ended (stopped, failed or complete); ``result`` is a TurnResult or None on failure."""
 
-    def __init__(self, result: Any) -> None:
+    def __init__(self, result: TurnResult | None) -> None:
         super().__init__()
         self.result = result

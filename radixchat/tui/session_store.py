@@ -1,11 +1,14 @@
-"""The session browser's file operations: list, rename, delete, export to Markdown.
+"""The app's session files: saving the open session (``SessionKeeper``), and the session browser's file
+operations (list, rename, delete, export to Markdown).
 
-Reading and writing go through ``radixchat.chat.session`` (validation, atomic writes). A file that does not
-load is listed with its error and never rewritten.
+Reading and writing go through ``radixchat.chat.session`` (validation, atomic writes), in a thread so a
+slow disk never stalls the window. A file that does not load is listed with its error and never
+rewritten.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass
@@ -13,9 +16,51 @@ from datetime import datetime
 from pathlib import Path
 
 from radixchat.chat.session import SessionFile, atomic_write_text, load_session, save_session, session_path
+from radixchat.chat.usage import footer_from_meta
 from radixchat.errors import SessionError
-from radixchat.tui.tools import call_signature, strip_calls
-from radixchat.tui.widgets.assistant_message import footer_from_meta
+from radixchat.tool_format import strip_tool_calls
+from radixchat.tui.state import ChatState, auto_session_name
+from radixchat.tui.tools import call_signature
+
+
+class SessionKeeper:
+    """Saves the open session (the active branch and the others) into ``folder``, one write at a time:
+    an autosave still in flight must not land after a rename removed its file."""
+
+    def __init__(self, state: ChatState, folder: Path) -> None:
+        self.state = state
+        self.folder = Path(folder)
+        self._lock = asyncio.Lock()
+
+    def has_turns(self) -> bool:
+        conv = self.state.conv
+        return conv is not None and any(m.role == "assistant" for m in conv.messages)
+
+    async def write(self, name: str, replaces: Path | None = None) -> Path:
+        """Save as ``name`` (then remove ``replaces``: a rename). Raises OSError / ValueError."""
+        async with self._lock:
+            session = self.state.to_session(name)
+            path = await asyncio.to_thread(self.state.write, session, self.folder)
+            if replaces is not None and replaces.resolve() != path.resolve():
+                replaces.unlink(missing_ok=True)
+        return path
+
+    async def autosave(self) -> bool:
+        """After each completed turn: save under the session's name (made up the first time). False
+        when there was nothing to save."""
+        if not self.has_turns():
+            return False
+        s = self.state
+        if s.session_name is None:
+            s.session_name, s.auto_named = auto_session_name(), True
+        await self.write(s.session_name)
+        return True
+
+    async def export_markdown(self) -> Path:
+        """The open session as Markdown next to its file (named now if it has no name yet)."""
+        name = self.state.session_name or auto_session_name()
+        session = self.state.to_session(name)
+        return await asyncio.to_thread(export_markdown, session, markdown_path(self.folder, name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +138,7 @@ def session_markdown(session: SessionFile) -> str:
             continue
         title = {"user": "User", "assistant": "Assistant", "tool": f"Tool {m.name or ''}".strip()}[m.role]
         if m.role == "assistant" and m.tool_calls:
-            text = strip_calls(m.content)
+            text = strip_tool_calls(m.content)
             calls = [f"- calls `{call_signature(c['name'], c['arguments'], 200)}`" for c in m.tool_calls]
             lines += [f"## {title}", "", *([text, ""] if text else []), *calls, ""]
         elif m.role == "tool":

@@ -1,9 +1,11 @@
 """What the chat app knows about the current session, with no Textual in it.
 
-``ChatState`` holds the branches of the conversation (each a ``Conversation`` sharing a cached prefix
-with the others), the mode and its inputs (JSON Schema, tools), the per-session system prompt and sampling
-settings, the session's tool choices and notes, and the session's name. It converts to and from
-``SessionFile``: the active branch is the file's ``messages``, the others its ``branches``.
+``ChatState`` is the chat layer's ``SessionState`` (the mode and its inputs, the offered tools and
+tool_choice, the notes, the per-session sampling settings: what a session file records with a
+conversation) plus what the app adds: the branches of the conversation (each a ``Conversation`` sharing
+a cached prefix with the others), the per-session system prompt, the session's name, the "always allow"
+answers, and the recent turns' numbers. It converts to and from ``SessionFile``: the active branch is the
+file's ``messages``, the others its ``branches``.
 """
 
 from __future__ import annotations
@@ -12,21 +14,16 @@ import copy
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from radixchat.chat.conversation import Conversation, Message
 from radixchat.chat.modes import MODES, Mode
-from radixchat.chat.session import (
-    SamplingSettings,
-    SessionBranch,
-    SessionFile,
-    conversation_from_session,
-    session_from_conversation,
-    session_messages,
-)
+from radixchat.chat.session import SessionBranch, SessionFile, conversation_from_session, session_messages
+from radixchat.chat.session_state import SessionState
 from radixchat.chat.tools import ToolContext
 
 if TYPE_CHECKING:
+    from radixchat.chat.backend import TurnResult
     from radixchat.chat.conversation import ChatFormat
 
 HIT_HISTORY = 30  # turns kept for the hit-rate sparkline
@@ -80,21 +77,14 @@ def ensure_prompt(conv: Conversation) -> None:
 
 
 @dataclass
-class ChatState:
-    model: str = ""
-    mode: Mode = "chat"
-    schema: dict[str, Any] | bool | None = None
-    # Tool mode: the offered tools (None: the built-ins) and tool_choice ("auto", "required", "none" or
-    # {"name": TOOL}). The names are saved with the session; the choice lives as long as the app.
-    tool_names: list[str] | None = None
-    tool_choice: str | dict[str, Any] = "auto"
+class ChatState(SessionState):
+    # JSON mode runs the schema leniently (the user agreed): keywords the grammar cannot enforce are
+    # checked on each finished reply instead (chat/schema_check.py). Not saved with the session.
+    lenient: bool = False
     allowed_tools: set[str] = field(default_factory=set)  # "always allow" answers, this session only
-    tool_ctx: ToolContext = field(default_factory=ToolContext)  # the session-notes tools' notes
     system_prompt: str | None = None
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
     session_name: str | None = None
     auto_named: bool = False  # the name was made up by autosave, not chosen
-    base: SessionFile | None = None  # the session as loaded (keeps created_at, notes)
     branches: list[Branch] = field(default_factory=list)
     active: int = 0
     hit_history: deque[float] = field(default_factory=lambda: deque(maxlen=HIT_HISTORY))
@@ -147,6 +137,12 @@ class ChatState:
             self.hit_history.append(self.last_hit)
         self.last_speed = (ttft_ms, decode_tokens_per_s)
 
+    def record(self, result: TurnResult) -> None:
+        """A finished reply's numbers (see ``record_turn``)."""
+        self.record_turn(
+            result.prompt_tokens, result.cached_tokens, result.ttft_ms, result.decode_tokens_per_s
+        )
+
     def new_session(self) -> None:
         """Forget what belongs to the saved session (a new chat): its notes and "always allow" answers."""
         self.session_name, self.auto_named, self.base = None, False, None
@@ -158,19 +154,13 @@ class ChatState:
     # -- sessions ---------------------------------------------------------------------------------------
 
     def to_session(self, name: str) -> SessionFile:
+        """The session ``name``: the active branch as its messages, the others as its branches."""
         conv = self.conv
         if conv is None:
             raise ValueError("no conversation to save")
-        return session_from_conversation(
+        return self.session_file(
             conv,
-            name=name,
-            model=self.model,
-            mode=self.mode,
-            base=self.base,
-            json_schema=self.schema,
-            tools=list(self.tool_names) if self.tool_names is not None else [],
-            sampling=self.sampling.model_copy(),
-            notes=self.tool_ctx.notes,
+            name,
             branches=[
                 SessionBranch(label=b.label, messages=session_messages(b.conv))
                 for i, b in enumerate(self.branches)
@@ -178,22 +168,15 @@ class ChatState:
             ],
             active_branch_label=self.branches[self.active].label,
             active_branch_index=self.active,
-            tool_choice=self.tool_choice,
         )
 
     def adopt(self, session: SessionFile) -> None:
         """Take the session's settings (not its conversation: that needs the backend's format)."""
-        self.base = session
+        self.adopt_settings(session)
         self.session_name = session.name
         self.auto_named = False
-        self.mode = session.mode
-        self.schema = session.json_schema
         self.system_prompt = session.system_prompt
-        self.sampling = session.sampling.model_copy()
-        self.tool_names = list(session.tools) or None
-        self.tool_choice = session.tool_choice
         self.allowed_tools.clear()
-        self.tool_ctx = ToolContext(notes=session.notes)
         self.hit_history.clear()
         self.editing = None
 

@@ -2,29 +2,24 @@
 
 The registry holds the built-in tools and the user tools of the config file (``[[tools]]``); a session
 offers a subset (``SessionFile.tools``; empty means the built-ins, as in batch mode). A reply in tool mode
-writes its calls as ``<tool_call>{...}</tool_call>`` blocks: the transcript shows them as call blocks,
-so ``CallFilter`` keeps them out of the streamed Markdown and ``strip_calls`` out of the final text.
+writes its calls as ``<tool_call>{...}</tool_call>`` blocks (``radixchat.tool_format``): the transcript
+shows them as call blocks, so ``CallFilter`` keeps them out of the streamed Markdown.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
+from radixchat.chat.session_state import ToolChoice
 from radixchat.chat.tools import Tool, ToolRegistry
 from radixchat.errors import RadixchatError
+from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN
 
 if TYPE_CHECKING:
     from radixchat.config import Settings
 
-ToolChoice = str | dict[str, Any]  # "auto" | "required" | "none" | {"name": TOOL}
 CHOICES = ("auto", "required", "none")
-
-# The format of radixchat.grammar.tool_calls.
-TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 def build_registry(settings: Settings) -> tuple[ToolRegistry, str | None]:
@@ -52,32 +47,6 @@ def command_of(settings: Settings, name: str) -> list[str] | None:
         if cfg.name == name:
             return list(cfg.command)  # type: ignore[arg-type]  # the validator split it
     return None
-
-
-def _call(block: str) -> dict[str, Any] | None:
-    """The call a block's JSON makes, or None when it is not one (it then stays in the text)."""
-    try:
-        obj = json.loads(block)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return None
-    args = obj.get("arguments", {})
-    if isinstance(args, str):
-        with contextlib.suppress(ValueError):
-            args = json.loads(args)
-    return {"name": obj["name"], "arguments": args}
-
-
-def strip_calls(text: str) -> str:
-    """``text`` without its ``<tool_call>`` blocks (what the reply said besides calling)."""
-    return _BLOCK.sub(lambda m: "" if _call(m.group(1)) else m.group(0), text).strip()
-
-
-def parse_calls(text: str) -> list[dict[str, Any]]:
-    """The calls in ``text`` as ``{"name", "arguments"}``, as ``radixchat.grammar.parse_tool_calls``
-    finds them (that module is not imported here: the grammar package imports torch)."""
-    return [c for c in (_call(m.group(1)) for m in _BLOCK.finditer(text)) if c is not None]
 
 
 def short_json(value: Any, limit: int = 60) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from radixchat.chat.backend import LocalBackend
 from radixchat.chat.conversation import ChatFormat, Conversation
+from radixchat.chat.local import LocalBackend
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
 

@@ -7,8 +7,9 @@ import json
 import jsonschema
 import pytest
 
-from radixchat.chat.backend import LocalBackend
-from radixchat.chat.modes import ModeError, grammar_for
+from radixchat.chat.backend import ChatBackend, grammar_for
+from radixchat.chat.local import LocalBackend
+from radixchat.chat.modes import ModeError
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
 SCHEMAS = {
@@ -112,13 +113,26 @@ async def test_unsupported_schema_is_a_mode_error(backend):
         grammar_for(backend, "json", {"not": {"type": "string"}})
 
 
+class NoConstraints(ChatBackend):
+    """A backend that declares no constraints of its own (the protocol's default)."""
+
+    model_name = "none"
+
+    async def aclose(self) -> None: ...
+    def new_conversation(self, system=None, tools=None): ...
+    def reply(self, conv, params, constraint=None): ...
+    def totals(self): ...
+
+
 def test_backend_without_constraints_refuses_json_mode():
     with pytest.raises(ModeError, match="not available"):
-        grammar_for(object(), "json")
+        grammar_for(NoConstraints(), "json")
+    with pytest.raises(ModeError, match="unknown mode 'yaml'"):
+        grammar_for(NoConstraints(), "yaml")
 
 
 def test_the_mask_cache_is_saved_and_reused_across_runs(smol_tokenizer, tmp_path):
-    from radixchat.chat.modes import GrammarService
+    from radixchat.chat.local import GrammarService
 
     first = GrammarService(smol_tokenizer, 49152, frozenset({2}), cache_dir=tmp_path)
     matcher = first.matcher("json", SCHEMAS["person"])

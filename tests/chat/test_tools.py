@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 import torch
 
-from radixchat.chat.backend import LocalBackend
 from radixchat.chat.conversation import ChatFormat, Conversation
+from radixchat.chat.local import LocalBackend
 from radixchat.chat.tool_turn import run_tool_turn
 from radixchat.chat.tools import (
     ToolContext,

@@ -26,6 +26,7 @@ FIELDS = {
     "ttft_ms",
     "decode_tokens_per_s",
     "tool_calls",
+    "schema_errors",
     "error",
 }
 
@@ -248,6 +249,14 @@ def test_json_mode_lines_give_schema_valid_replies(tmp_path):
             "seed": 3,
         },
         {"id": "j3", "mode": "json", "schema": {"type": "object", "not": {}}, "turns": ["x"]},
+        {
+            "id": "j4",
+            "mode": "json",
+            "schema_mode": "lenient",
+            "schema": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "maxItems": 3},
+            "turns": ["Three small numbers as a JSON array."],
+            "max_tokens": 24,
+        },
     ]
     proc = run(["--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--ordered"])
     assert proc.returncode == 1
@@ -257,6 +266,13 @@ def test_json_mode_lines_give_schema_valid_replies(tmp_path):
         jsonschema.validate(json.loads(r["reply"]), schema)
     assert recs[2]["id"] == "j2" and isinstance(json.loads(recs[2]["reply"]), dict)
     assert recs[3]["id"] == "j3" and "unsupported keyword 'not'" in recs[3]["error"]
+    assert all(r["schema_errors"] == [] for r in recs[:3])
+    lenient = recs[4]
+    assert lenient["id"] == "j4" and lenient["error"] is None, lenient
+    items = json.loads(lenient["reply"])
+    assert isinstance(items, list) and len(items) <= 3 and all(isinstance(i, int) for i in items)
+    # uniqueItems is not enforced by the grammar: the check of the finished reply reports it if broken
+    assert (lenient["schema_errors"] == []) == (len(set(items)) == len(items))
 
 
 def test_tool_mode_lines_report_calls_and_user_tools_need_allowing(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -10,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from radixchat.batch import check_session_names, check_targets, parse_lines, read_input
+from radixchat.batch import BatchOptions
+from radixchat.batch.input import check_session_names, parse_lines, read_input
+from radixchat.batch.output import check_targets
 from radixchat.errors import RadixchatError
 
 GOOD = '{"id": "ok", "turns": ["Hi"]}'
@@ -85,8 +86,8 @@ def test_stdin_that_is_closed_or_not_utf8_is_a_usage_error(monkeypatch):
         read_input("-")
 
 
-def ns(**kw) -> argparse.Namespace:
-    return argparse.Namespace(**{"output": None, "save_sessions": None, **kw})
+def ns(**kw) -> BatchOptions:
+    return BatchOptions("-", **kw)
 
 
 def test_targets_are_checked_before_anything_is_written(tmp_path):

@@ -233,6 +233,8 @@ async def test_repetition_penalty_changes_greedy_output(tiny_engine):
 class FixedSequence:
     """A real TokenMatcher: only the tokens of one sequence, then only EOS."""
 
+    budget_limited = False  # never narrows for a budget
+
     def __init__(self, seq: list[int], vocab: int, eos: int) -> None:
         self.seq, self.vocab, self.eos, self.pos = seq, vocab, eos, 0
 

@@ -16,7 +16,7 @@ def brute_mask(m, info: TokenizerInfo) -> np.ndarray:
     out = np.zeros(info.vocab_size, dtype=bool)
     for tid in range(len(info.token_bytes)):
         data = g.token_bytes(tid)
-        if data is not None and g.feed(m.stack, m.lex, data) is not None:
+        if data is not None and any(g.feed(st, lx, data) for st, lx in m.configs):
             out[tid] = True
     if m.is_accepting():
         out[list(info.eos_ids)] = True

@@ -8,8 +8,9 @@ import random
 import warnings
 
 import jsonschema
+import numpy as np
 import pytest
-from grammar_helpers import dumps_variants, first_rejection, tokenizations, walk
+from grammar_helpers import brute_mask, dumps_variants, first_rejection, tokenizations, walk
 from grammar_schema_cases import CASES
 
 from radixchat.grammar import GrammarError, GrammarWarning, compile_json_schema, json_schema_to_lark
@@ -212,7 +213,9 @@ def test_del_may_be_escaped_as_json_dumps_does(smol_info):
                     {"properties": {"k": {"const": 1.0}}, "required": ["k"], "additionalProperties": True},
                 ]
             },
-            "not provably disjoint",
+            # 1 == 1.0: every object valid under one branch is valid under both, and so is every other
+            # kind (no type): nothing is valid, and the oneOf narrowing proves it.
+            "accepts no value",
         ),
     ],
 )
@@ -233,7 +236,7 @@ def test_oneof_must_be_provably_disjoint(smol_info):
     compile_json_schema({"oneOf": [{"type": "integer"}, {"type": "string"}]}, smol_info, cache=False)
 
 
-def test_overlapping_object_branches_report_the_schema_location(smol_info):
+def test_overlapping_object_branches_compile_with_the_general_parser(smol_info, smol_tokenizer):
     schema = {
         "anyOf": [
             {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
@@ -244,8 +247,28 @@ def test_overlapping_object_branches_report_the_schema_location(smol_info):
             },
         ]
     }
-    with pytest.raises(GrammarError, match="#/anyOf/"):
-        compile_json_schema(schema, smol_info, cache=False)
+    g = compile_json_schema(schema, smol_info, cache=False)
+    assert g.stats()["conflicts"] > 0  # not LALR(1): the parse forks until the branches differ
+    for doc in ('{"a":1}', '{"a":1,"b":"x"}'):
+        assert first_rejection(g, smol_tokenizer.encode(doc)) is None
+    for doc in ('{"b":"x"}', '{"a":1,"b":2}', '{"a":1,"c":1}'):
+        assert first_rejection(g, smol_tokenizer.encode(doc)) is not None
+    arrays = {
+        "anyOf": [
+            {"type": "array", "items": {"type": "integer"}},
+            {"type": "array", "items": {"type": "number"}},
+        ]
+    }
+    forked = compile_json_schema(arrays, smol_info, cache=False)
+    most = 1
+    for grammar, doc in ((g, '{"a":1,"b":"x"}'), (forked, "[1,2.5,3]"), (forked, "[1,2,3]")):
+        m = grammar.matcher()
+        for tid in smol_tokenizer.encode(doc):
+            assert np.array_equal(m.allowed().numpy(), brute_mask(m, smol_info))
+            m.advance(tid)
+            most = max(most, len(m.configs))
+        assert m.is_accepting()
+    assert most > 1  # "[1,2" is an array of integers and of numbers: two parses, one mask
 
 
 def test_properties_follow_schema_order(smol_info, smol_tokenizer):
@@ -282,3 +305,79 @@ def test_generated_grammar_is_plain_lark(smol_info):
     parser.parse('{"n": 150}')
     with pytest.raises(lark.exceptions.LarkError):
         parser.parse('{"n": 0}')
+
+
+def test_an_object_that_declares_nothing_takes_any_members(smol_info, smol_tokenizer):
+    g = compile_json_schema(
+        {"type": "object", "properties": {"meta": {"type": "object"}}}, smol_info, cache=False
+    )
+    assert first_rejection(g, smol_tokenizer.encode('{"meta":{"a":[1,{"b":null}],"c":"d"}}')) is None
+    assert first_rejection(g, smol_tokenizer.encode('{"meta":{},"other":1}')) is not None  # declared: closed
+
+
+@pytest.mark.parametrize(
+    ("reading", "extra_ok", "nested_ok"),
+    [("auto", False, True), ("true", True, True), ("false", False, False)],
+)
+def test_the_readings_of_an_absent_additional_properties(
+    smol_info, smol_tokenizer, reading, extra_ok, nested_ok
+):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "m": {"type": "object"}}}
+    g = compile_json_schema(schema, smol_info, cache=False, additional_properties=reading)
+    assert (first_rejection(g, smol_tokenizer.encode('{"a":1,"z":2}')) is None) == extra_ok
+    assert (first_rejection(g, smol_tokenizer.encode('{"m":{"k":1}}')) is None) == nested_ok
+    with pytest.raises(GrammarError, match="additional_properties"):
+        compile_json_schema(schema, smol_info, cache=False, additional_properties="maybe")
+
+
+def test_oneof_of_required_sets_enforces_exactly_one(smol_info, smol_tokenizer):
+    """The common "either a, or b and c" pattern: branches differ only in what they require."""
+    props = {k: {"type": "integer"} for k in ("a", "b", "c")}
+    schema = {"type": "object", "properties": props, "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}
+    g = compile_json_schema(schema, smol_info, cache=False)
+    for doc in ({"a": 1}, {"a": 1, "b": 2}, {"b": 2, "c": 3}):
+        jsonschema.validate(doc, schema)
+        assert first_rejection(g, smol_tokenizer.encode(json.dumps(doc, separators=(",", ":")))) is None
+    for doc in ({"a": 1, "b": 2, "c": 3}, {"b": 2}, {}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, schema)
+        assert first_rejection(g, smol_tokenizer.encode(json.dumps(doc, separators=(",", ":")))) is not None
+
+
+def test_oneof_branches_with_disjoint_enums_or_forbidden_properties_compile(smol_info):
+    compile_json_schema(
+        {"oneOf": [{"type": "string", "enum": ["a", "b"]}, {"type": "string", "enum": ["c"]}]},
+        smol_info,
+        cache=False,
+    )
+    closed = {
+        "type": "object",
+        "properties": {"x": {"type": "string"}},
+        "required": ["x"],
+        "additionalProperties": False,
+    }
+    other = {
+        "type": "object",
+        "properties": {"y": {"type": "string"}},
+        "required": ["y"],
+        "additionalProperties": False,
+    }
+    compile_json_schema({"oneOf": [closed, other]}, smol_info, cache=False)
+
+
+def test_lenient_lists_the_keywords_it_does_not_enforce(smol_info):
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GrammarWarning)
+        g = compile_json_schema(schema, smol_info, lenient=True, cache=False)
+    assert g.not_enforced == ("unsupported keyword 'uniqueItems' at #/uniqueItems",)
+    assert compile_json_schema({"type": "array"}, smol_info, cache=False).not_enforced == ()
+
+
+def test_a_huge_max_length_compiles_as_a_narrower_bound(smol_info, smol_tokenizer):
+    """Each count is a DFA state: maxLength 32767 is generated as MAX_STRING_BOUND (valid values only)."""
+    from radixchat.grammar.schema.json_schema import MAX_STRING_BOUND
+
+    g = compile_json_schema({"type": "string", "maxLength": 32767}, smol_info, cache=False)
+    assert first_rejection(g, smol_tokenizer.encode(json.dumps("a" * MAX_STRING_BOUND))) is None
+    assert first_rejection(g, smol_tokenizer.encode(json.dumps("a" * (MAX_STRING_BOUND + 1)))) is not None

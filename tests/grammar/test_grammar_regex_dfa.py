@@ -9,9 +9,9 @@ from decimal import Decimal
 import pytest
 
 from radixchat.grammar import GrammarError
-from radixchat.grammar import json_terminals as jt
 from radixchat.grammar.dfa import compile_regex, utf8_sequences
 from radixchat.grammar.regex import parse, to_regex
+from radixchat.grammar.schema import json_terminals as jt
 
 PATTERNS = [
     jt.STRING_RE,

@@ -1,5 +1,6 @@
 """A scripted OpenAI-compatible server on loopback, for what a real server cannot be made to do on demand:
-answer 429 then succeed, drop the connection mid-stream, stay silent past the client's timeout.
+answer 429 then succeed, drop the connection mid-stream, stay silent past the client's timeout, cut a
+stream short the way llama-cpp-python's server does when another request arrives.
 
 Standard library only (one thread per connection). Streams are sent with chunked transfer encoding, as
 uvicorn does, so a dropped connection is an incomplete body to the client, not a clean end.
@@ -35,6 +36,9 @@ class Stream:
     delay_first: float = 0.0  # after the role chunk, before the first content
     delay_each: float = 0.0
     drop_after: int | None = None  # close the socket after this many content chunks
+    # End the stream cleanly after this many content chunks: "[DONE]" with no finish reason, as
+    # llama-cpp-python's server does to a running request when another one arrives.
+    interrupted_after: int | None = None
 
 
 @dataclass
@@ -177,6 +181,11 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             for i, text in enumerate(s.deltas):
                 if s.drop_after is not None and i >= s.drop_after:
                     self._drop()
+                    return
+                if s.interrupted_after is not None and i >= s.interrupted_after:
+                    self._chunk("[DONE]")
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
                     return
                 self._chunk(self._event({"content": text}))
                 time.sleep(s.delay_each)

@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from radixchat.chat.modes import grammar_for
+from radixchat.chat.backend import grammar_for
 from radixchat.chat.remote import RemoteBackend
 from radixchat.engine import SamplingParams
 from tests.remote.conftest import SERVED_ALIAS

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from radixchat.chat.backend import TurnResult
-from radixchat.chat.modes import ModeError, grammar_for
+from radixchat.chat.backend import TurnResult, grammar_for
+from radixchat.chat.modes import ModeError
 from radixchat.chat.remote import BackendUnavailableError, RemoteBackend, request_messages
 from radixchat.chat.tool_turn import run_tool_turn
 from radixchat.chat.tools import ToolContext, ToolRegistry, allow_listed
@@ -72,7 +72,7 @@ async def test_usage_with_cached_tokens_fills_the_footer(make_backend):
     assert result.ttft_ms is not None and result.ttft_ms > 0
     assert result.footer().startswith("reused 12 · prefilled 8 · TTFT ")
     assert result.message.meta["usage"] == {"prompt_tokens": 20, "cached_tokens": 12, "completion_tokens": 3}
-    assert backend.totals.hit_rate == pytest.approx(12 / 20)
+    assert backend.totals().hit_rate == pytest.approx(12 / 20)
 
 
 async def test_a_server_that_reports_no_usage_leaves_prompt_and_cache_unknown(make_backend, fake):
@@ -84,7 +84,7 @@ async def test_a_server_that_reports_no_usage_leaves_prompt_and_cache_unknown(ma
     assert result.usage() == {"prompt_tokens": None, "cached_tokens": None, "completion_tokens": 4}
     assert "reused" not in result.footer() and "TTFT" in result.footer()
     assert result.message.meta["usage"] == {"completion_tokens": 4}
-    assert backend.totals.hit_rate is None
+    assert backend.totals().hit_rate is None
 
 
 async def test_a_server_that_reports_no_cached_tokens_shows_the_prompt_size(make_backend, fake):
@@ -146,6 +146,32 @@ async def test_a_dropped_connection_before_the_first_token_is_retried(make_backe
     result = await ask(make_backend())
     assert result.finish_reason == "stop" and result.message.content == "Hello there!"
     assert len(fake.chat_requests) == 2
+
+
+async def test_a_stream_cut_before_its_first_token_is_sent_again_once(make_backend, fake):
+    # llama-cpp-python's server ends a running stream ("[DONE]", no finish reason) when another request
+    # arrives, unless started with --interrupt_requests False.
+    fake.script = [Stream(interrupted_after=0), Stream()]
+    result = await ask(make_backend(retries=0))  # not one of the retries: those are for failed requests
+    assert result.finish_reason == "stop" and result.message.content == "Hello there!"
+    assert result.error is None and len(fake.chat_requests) == 2
+    assert fake.chat_requests[0]["body"] == fake.chat_requests[1]["body"]  # the same request, sent anew
+
+
+async def test_a_stream_cut_before_its_first_token_twice_fails_the_turn(make_backend, fake):
+    fake.default = Stream(interrupted_after=0)
+    result = await ask(make_backend())
+    assert result.finish_reason == "error" and result.message.content == ""
+    assert "ended the stream before the reply was finished" in result.error
+    assert "partial" not in result.message.meta and len(fake.chat_requests) == 2
+
+
+async def test_a_stream_cut_after_tokens_fails_the_turn_and_keeps_them(make_backend, fake):
+    fake.default = Stream(deltas=["one", " two", " three"], interrupted_after=2)
+    result = await ask(make_backend())
+    assert result.finish_reason == "error" and result.message.content == "one two"
+    assert "ended the stream before the reply was finished; the partial reply is kept" in result.error
+    assert result.message.meta["partial"] is True and len(fake.chat_requests) == 1
 
 
 async def test_a_slow_first_token_past_the_timeout_fails_without_retrying(make_backend, fake):

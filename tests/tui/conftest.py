@@ -1,11 +1,11 @@
 """Fixtures for the chat app: a deterministic fake backend, isolated data dirs, a polling ``wait_until``.
 
-``FakeBackend`` implements the chat backend protocol (new_conversation / reply / stats / cached_path /
-model_name / fmt, plus warm) over a character-level tokenizer and the real ``ChatFormat`` and
-``Conversation``. Replies are scripted; a reply can be held at a gate so a test can act mid-stream.
+``FakeBackend`` implements the chat backend protocol (``ChatBackend``: new_conversation / reply / stats /
+cached_path / warm / totals / model_name / fmt) over a character-level tokenizer and the real
+``ChatFormat`` and ``Conversation``. Replies are scripted; a reply can be held at a gate so a test can act mid-stream.
 ``ToolFakeBackend`` also takes tool mode (its replies are scripted from the whole conversation, so a
 round after a tool result can answer with it); ``FakeRemoteBackend`` looks like ``RemoteBackend`` to the
-app (no engine stats, ``totals``, usage the server may not report, a stream that can break).
+app (no engine stats, ``totals()``, usage the server may not report, a stream that can break).
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 from textual import events
 
-from radixchat.chat.backend import TurnResult
+from radixchat.chat.backend import ChatBackend, TurnResult
 from radixchat.chat.conversation import ChatFormat, Conversation
-from radixchat.chat.remote import CACHE_TREE_NOTE, RemoteTotals
+from radixchat.chat.remote import CACHE_TREE_NOTE
+from radixchat.chat.remote_link import RemoteTotals
+from radixchat.chat.usage import UsageTotals
 from radixchat.config import Settings
 from radixchat.engine.stats import EngineStats, LastRequest, TreeNodeView
 from radixchat.tui.app import RadixChatApp
@@ -188,8 +190,9 @@ class FakeReply:
         )
         self.backend.trie.insert(self.prompt_ids + ids[:-1])
         self.backend.last = LastRequest(len(self.prompt_ids), self.cached, len(ids), 0.012, 42.0)
-        self.backend.totals[0] += len(self.prompt_ids)
-        self.backend.totals[1] += self.cached
+        self.backend.counts[0] += len(self.prompt_ids)
+        self.backend.counts[1] += self.cached
+        self.backend.counts[2] += 1
         self._result = TurnResult(
             self.conv.messages[-1], reason, len(self.prompt_ids), self.cached, len(ids), 12.0, 42.0
         )
@@ -202,7 +205,7 @@ class FakeReply:
         return self._result
 
 
-class FakeBackend:
+class FakeBackend(ChatBackend):
     model_name = "fake-model"
 
     def __init__(self, script: Script | None = None) -> None:
@@ -210,7 +213,7 @@ class FakeBackend:
         self.script = script or Script()
         self.trie = FakeTrie()
         self.last: LastRequest | None = None
-        self.totals = [0, 0]  # prompt tokens, cached tokens
+        self.counts = [0, 0, 0]  # prompt tokens, cached tokens, replies
         self.warmed: list[list[int]] = []
         self.grammars: list[Any] = []
 
@@ -233,7 +236,7 @@ class FakeBackend:
     def stats(self) -> EngineStats:
         nodes = self.trie.nodes(self.fmt.decode)
         tree_tokens = sum(n.num_tokens for n in nodes)
-        prompt, cached = self.totals
+        prompt, cached, _ = self.counts
         return EngineStats(
             model=self.model_name,
             device="cpu",
@@ -264,6 +267,10 @@ class FakeBackend:
     def cached_path(self, ids: Sequence[int]) -> list[int]:
         return self.trie.path(ids)
 
+    def totals(self) -> UsageTotals:
+        prompt, cached, replies = self.counts
+        return UsageTotals(replies, prompt, cached, 0, replies, cached / prompt if prompt else 0.0)
+
 
 def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
     """A call as the tool grammar makes the model write it."""
@@ -280,7 +287,13 @@ class ToolFakeBackend(FakeBackend):
         self.constraints: list[tuple[str, list[str], Any]] = []  # (mode, tool names, tool_choice)
 
     def constraint(
-        self, mode: str, *, schema: Any = None, tools: Any = None, tool_choice: Any = "auto"
+        self,
+        mode: str,
+        *,
+        schema: Any = None,
+        tools: Any = None,
+        tool_choice: Any = "auto",
+        lenient: bool = False,
     ) -> Any:
         self.constraints.append((mode, [t["name"] for t in tools or []], tool_choice))
         return ("grammar", mode)
@@ -331,18 +344,18 @@ class FakeRemoteReply(FakeReply):
         if error is not None:
             msg.meta.update(error=error, partial=True)
         self._result = TurnResult(msg, reason, prompt, cached, len(text), 80.0, 25.0, error)
-        backend.totals.add(self._result)
+        backend.remote_totals.add(self._result)
 
 
 class FakeRemoteBackend(FakeBackend):
-    """What the app sees of ``RemoteBackend``: ``stats()`` is None, ``totals``, ``cache_tree_note``."""
+    """What the app sees of ``RemoteBackend``: ``stats()`` is None, ``totals()``, ``cache_tree_note``."""
 
     model_name = "served-model"
     base_url = "http://gpu-box:30000/v1"
 
     def __init__(self, script: Script | None = None) -> None:
         super().__init__(script)
-        self.totals = RemoteTotals()  # type: ignore[assignment]
+        self.remote_totals = RemoteTotals()
         self.cache_tree_note = CACHE_TREE_NOTE.format(url=self.base_url)
         self.usage: tuple[int | None, int | None] = (None, None)  # what the server reports next
         self.break_after: int | None = None  # characters after which the next stream breaks
@@ -357,6 +370,9 @@ class FakeRemoteBackend(FakeBackend):
 
     def cached_path(self, ids: Sequence[int]) -> list[int]:
         return []
+
+    def totals(self) -> UsageTotals:
+        return self.remote_totals.snapshot()
 
 
 def wait_until_sync(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> None:
@@ -417,7 +433,7 @@ def burst(app: RadixChatApp, *keys: str) -> None:
 
 
 async def ready(app: RadixChatApp, pilot: Any) -> None:
-    await wait_until(lambda: app.backend is not None and app.state.conv is not None, pilot=pilot)
+    await wait_until(lambda: app.backend is not None and app.chat.state.conv is not None, pilot=pilot)
     await pilot.pause()
 
 
@@ -425,20 +441,20 @@ async def say_mid_reply(app: RadixChatApp, pilot: Any, fake: Any, text: str) -> 
     """Send ``text`` and return once its (long, gated) reply has streamed its first chunk, "ab"."""
     fake.script = Script(reply_for=lambda p: "abcdefghijklmnopqrstuvwxyz" * 4, chunk=2, gate=asyncio.Event())
     await say(app, pilot, text, wait=False)
-    await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
+    await wait_until(lambda: app.chat.reply_view is not None and app.chat.reply_view.streamed, pilot=pilot)
 
 
 async def say(app: RadixChatApp, pilot: Any, text: str, wait: bool = True, timeout: float = 30.0) -> None:
     """Type ``text`` into the prompt, press Enter, and (by default) wait until the turn is fully handled."""
-    app.prompt.focus()
-    app.prompt.load_text(text)
-    done = app.turns_finished
+    app.chat.prompt.focus()
+    app.chat.prompt.load_text(text)
+    done = app.chat.turns_finished
     await pilot.press("enter")
     if wait:
         await turn_done(app, pilot, done, timeout)
 
 
 async def turn_done(app: RadixChatApp, pilot: Any, before: int, timeout: float = 30.0) -> None:
-    """Wait until a reply started after ``app.turns_finished`` was ``before`` is rendered and saved."""
-    await wait_until(lambda: app.turns_finished > before, timeout=timeout, pilot=pilot)
+    """Wait until a reply started after ``app.chat.turns_finished`` was ``before`` is rendered and saved."""
+    await wait_until(lambda: app.chat.turns_finished > before, timeout=timeout, pilot=pilot)
     await pilot.pause()

@@ -61,20 +61,20 @@ async def real_main_scene(pilot: Any) -> None:
     await ready(app, pilot)
     await say(app, pilot, "What is the capital of France?", timeout=120)
     await say(app, pilot, "Write a Python function that adds two numbers. Only the code.", timeout=120)
-    app.state.sampling = app.state.sampling.model_copy(update={"temperature": 0.7, "seed": 1})
-    done = app.turns_finished
+    app.chat.state.sampling = app.chat.state.sampling.model_copy(update={"temperature": 0.7, "seed": 1})
+    done = app.chat.turns_finished
     await pilot.press("ctrl+r")  # a second branch, sampled: the tree forks after the shared prefix
     await turn_done(app, pilot, done, timeout=120)
-    await app.switch_branch(0)
-    await app.refresh_panels_now()
+    await app.chat.switch_branch(0)
+    await app.chat.refresh_panels_now()
     await settle(pilot)
 
 
 async def consent_scene(pilot: Any) -> None:
     app = pilot.app
     await ready(app, pilot)
-    await app.action_set_mode("tool")
-    app.state.tool_names = ["calculator", "weather"]
+    await app.chat.action_set_mode("tool")
+    app.chat.state.tool_names = ["calculator", "weather"]
     await say(app, pilot, "Do I need an umbrella in Lisbon tomorrow?", wait=False)
     await wait_until(lambda: type(app.screen).__name__ == "ConsentScreen" and app.screen.armed, pilot=pilot)
     await pilot.pause(0.3)
@@ -83,7 +83,7 @@ async def consent_scene(pilot: Any) -> None:
 async def tools_screen_scene(pilot: Any) -> None:
     app = pilot.app
     await ready(app, pilot)
-    await app.action_set_mode("tool")
+    await app.chat.action_set_mode("tool")
     await pilot.press("f4")
     await wait_until(lambda: type(app.screen).__name__ == "ToolsScreen", pilot=pilot)
     await pilot.pause(0.3)

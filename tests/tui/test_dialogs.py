@@ -14,12 +14,12 @@ async def test_a_schema_typed_then_applied_in_one_burst_is_applied_whole(make_ap
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        app.action_edit_schema()
+        app.chat.action_edit_schema()
         await wait_until(lambda: isinstance(app.screen, SchemaScreen), pilot=pilot)
         await pilot.pause()
         burst(app, "{", "enter", *'"type": "strinx', "backspace", *'g"}', "ctrl+s", *" junk")
         await wait_until(lambda: not isinstance(app.screen, SchemaScreen), pilot=pilot)
-        assert app.state.mode == "json" and app.state.schema == {"type": "string"}
+        assert app.chat.state.mode == "json" and app.chat.state.schema == {"type": "string"}
 
 
 async def test_an_invalid_setting_typed_then_applied_in_one_burst_is_an_error(make_app):
@@ -34,9 +34,9 @@ async def test_an_invalid_setting_typed_then_applied_in_one_burst_is_an_error(ma
         await wait_until(lambda: bool(str(screen.query_one("#settings-error").render())), pilot=pilot)
         assert app.screen is screen
         assert "temperature: 'abc' is not a number" in str(screen.query_one("#settings-error").render())
-        assert app.state.sampling.temperature is None
+        assert app.chat.state.sampling.temperature is None
         burst(app, *["backspace"] * 3, "0", ".", "5", "ctrl+s")
-        await wait_until(lambda: app.state.sampling.temperature == 0.5, pilot=pilot)
+        await wait_until(lambda: app.chat.state.sampling.temperature == 0.5, pilot=pilot)
         assert not isinstance(app.screen, SettingsScreen)
 
 
@@ -45,13 +45,13 @@ async def test_a_tool_toggled_then_applied_in_one_burst_is_dropped(make_app):
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await pilot.press("ctrl+t", "ctrl+t")
-        await wait_until(lambda: app.state.mode == "tool", pilot=pilot)
+        await wait_until(lambda: app.chat.state.mode == "tool", pilot=pilot)
         await pilot.press("f4")
         await wait_until(lambda: isinstance(app.screen, ToolsScreen), pilot=pilot)
         await pilot.pause()
         burst(app, "down", "space", "ctrl+s")  # 'now' is no longer offered
         await wait_until(lambda: not isinstance(app.screen, ToolsScreen), pilot=pilot)
-        assert app.state.tool_names == ["calculator", "read_session_notes", "write_session_notes"]
+        assert app.chat.state.tool_names == ["calculator", "read_session_notes", "write_session_notes"]
 
 
 async def test_a_name_typed_then_entered_in_one_burst_is_taken_whole(make_app):

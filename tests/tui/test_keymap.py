@@ -7,6 +7,7 @@ from textual.binding import Binding
 from radixchat.config import Settings
 from radixchat.tui.app import RadixChatApp
 from radixchat.tui.keymap import binding_groups, check_keymap
+from radixchat.tui.screens.chat import ChatScreen
 from radixchat.tui.screens.help import HelpScreen
 from tests.tui.conftest import TERMINAL, ready, say
 
@@ -27,7 +28,7 @@ def test_every_binding_has_a_unique_id():
 def test_every_widget_and_screen_with_bindings_is_in_the_help_groups():
     import radixchat.tui.screens as screens
     import radixchat.tui.widgets as widgets
-    from tests.tui.test_layering import TUI
+    from tests.test_layering import TUI
 
     listed = {b.id for _t, bindings in binding_groups() for b in bindings}
     for package, folder in ((screens, "screens"), (widgets, "widgets")):
@@ -45,10 +46,10 @@ async def test_a_keymap_override_moves_a_binding(make_app, settings):
         await ready(app, pilot)
         await pilot.press("ctrl+t")
         await pilot.pause()
-        assert app.state.mode == "chat"
+        assert app.chat.state.mode == "chat"
         await pilot.press("f5")
         await pilot.pause()
-        assert app.state.mode == "json"
+        assert app.chat.state.mode == "json"
 
 
 async def test_the_prompt_send_key_can_be_remapped(make_app, fake, settings):
@@ -56,7 +57,7 @@ async def test_the_prompt_send_key_can_be_remapped(make_app, fake, settings):
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await pilot.press("a", "enter", "b")
-        assert app.prompt.text == "a\nb"  # Enter is a plain newline now
+        assert app.chat.prompt.text == "a\nb"  # Enter is a plain newline now
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)
         assert fake.script.replies == ["a\nb"]
@@ -76,7 +77,7 @@ async def test_theme_and_keymap_come_from_the_config_file(make_app, tui_env):
         assert app.theme == "nord"
         await pilot.press("f5")
         await pilot.pause()
-        assert app.state.mode == "json"
+        assert app.chat.state.mode == "json"
         warnings = [str(n.message) for n in app._notifications]
         assert any("'no.such'" in w and "F1 lists them" in w for w in warnings)
 
@@ -117,7 +118,9 @@ def test_every_palette_command_runs_an_existing_action():
 
     for title, _help, action in COMMANDS:
         name = action.split("(")[0]
-        assert callable(getattr(RadixChatApp, f"action_{name}", None)), f"{title}: no action_{name}"
+        owner = RadixChatApp if name.startswith("app.") else ChatScreen  # the chat screen's, unless app.
+        name = name.removeprefix("app.")
+        assert callable(getattr(owner, f"action_{name}", None)), f"{title}: no action_{name}"
 
 
 def test_f1_lists_every_binding_of_the_app_textuals_own_included(make_app):
@@ -132,7 +135,7 @@ def test_no_app_key_is_taken_by_the_prompt():
     from radixchat.tui.widgets.prompt import PromptInput
 
     prompt_keys = set(PromptInput._merged_bindings.key_to_bindings)  # TextArea's editing keys included
-    for b in RadixChatApp.BINDINGS:
+    for b in [*ChatScreen.BINDINGS, *RadixChatApp.BINDINGS]:
         assert isinstance(b, Binding)
         if not b.priority:
             taken = {k.strip() for k in b.key.split(",")} & prompt_keys
@@ -145,7 +148,7 @@ async def test_the_copy_reply_key_works_from_the_prompt(make_app):
         await ready(app, pilot)
         await say(app, pilot, "hi")
         await pilot.press("d", "r", "a", "f", "t")
-        assert app.focused is app.prompt
+        assert app.focused is app.chat.prompt
         await pilot.press("ctrl+g")
         assert app.clipboard == "You said: **hi**"
-        assert app.prompt.text == "draft"
+        assert app.chat.prompt.text == "draft"

@@ -6,7 +6,7 @@ import json
 
 from textual.command import CommandList
 
-import radixchat.tui.chat_actions as chat_actions
+import radixchat.tui.screens.chat as chat_screen
 from radixchat.tui.screens.schema import SchemaScreen, parse_schema
 from radixchat.tui.widgets.assistant_message import display_text
 from tests.tui.conftest import TERMINAL, Script, ready, say, wait_until
@@ -25,7 +25,7 @@ async def test_ctrl_t_cycles_the_modes_and_the_mode_is_always_shown(make_app):
         for _ in range(3):
             await pilot.press("ctrl+t")
             await pilot.pause()
-            seen.append((app.state.mode, mode_badge(app).split()[0]))
+            seen.append((app.chat.state.mode, mode_badge(app).split()[0]))
         assert seen == [("json", "json"), ("tool", "tool"), ("chat", "chat")]
 
 
@@ -35,12 +35,12 @@ async def test_an_unavailable_mode_says_why_and_keeps_the_message(make_app, fake
         await ready(app, pilot)
         await pilot.press("ctrl+t")
         await pilot.pause()
-        assert "json mode is not available" in app.mode_problem
+        assert "json mode is not available" in app.chat.mode_problem
         assert "⚠" in mode_badge(app)
         assert "not available" in str(app.query_one("StatusBar .activity").render())
         await pilot.press(*"hello", "enter")
         await pilot.pause()
-        assert fake.script.replies == [] and app.prompt.text == "hello"
+        assert fake.script.replies == [] and app.chat.prompt.text == "hello"
         assert any("not available" in str(n.message) for n in app._notifications)
 
 
@@ -56,20 +56,20 @@ async def test_modes_can_be_chosen_from_the_command_palette(make_app):
             pilot=pilot,
         )
         await pilot.press("enter")
-        await wait_until(lambda: app.state.mode == "tool", pilot=pilot)
+        await wait_until(lambda: app.chat.state.mode == "tool", pilot=pilot)
         assert mode_badge(app).startswith("tool")
 
 
 async def test_json_mode_replies_are_pretty_printed(make_app, fake, monkeypatch):
-    monkeypatch.setattr(chat_actions, "grammar_for", lambda backend, mode, *args: None)
+    monkeypatch.setattr(chat_screen, "grammar_for", lambda backend, mode, *args: None)
     fake.script = Script(reply_for=lambda p: '{"name": "Ada", "langs": ["en", "fr"]}')
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        await app.action_set_mode("json")
-        assert app.mode_problem is None and mode_badge(app) == "json"
+        await app.chat.action_set_mode("json")
+        assert app.chat.mode_problem is None and mode_badge(app) == "json"
         await say(app, pilot, "who?")
-        view = app.transcript.last_assistant()
+        view = app.chat.transcript.last_assistant()
         assert view.mode == "json" and view.message.meta["mode"] == "json"
         assert view.body.source == display_text(view.message.content, "json")
         assert '"langs": [\n    "en",' in view.body.source
@@ -100,7 +100,7 @@ async def test_the_json_schema_is_pasted_or_loaded_from_a_file(make_app, tmp_pat
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        app.action_edit_schema()
+        app.chat.action_edit_schema()
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, SchemaScreen)
@@ -110,5 +110,5 @@ async def test_the_json_schema_is_pasted_or_loaded_from_a_file(make_app, tmp_pat
         screen.query_one("#schema-path").value = str(schema_file)
         screen.load_file()
         await pilot.press("ctrl+s")
-        await wait_until(lambda: app.state.mode == "json", pilot=pilot)
-        assert app.state.schema == {"type": "object", "required": ["name"]}
+        await wait_until(lambda: app.chat.state.mode == "json", pilot=pilot)
+        assert app.chat.state.schema == {"type": "object", "required": ["name"]}

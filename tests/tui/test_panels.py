@@ -18,7 +18,7 @@ async def test_panels_show_the_cache_hit_rate_memory_and_speed_after_a_turn(make
         await ready(app, pilot)
         await say(app, pilot, "one")
         await say(app, pilot, "two")
-        await app.refresh_panels_now()
+        await app.chat.refresh_panels_now()
         await pilot.pause()
         stats = fake.stats()
         last = stats.last_request
@@ -30,9 +30,9 @@ async def test_panels_show_the_cache_hit_rate_memory_and_speed_after_a_turn(make
         tree = app.query_one(CacheTree)
         assert tree.drawn_ids == {n.id for n in stats.tree}
         # the current conversation's path is drawn in bold
-        path = fake.cached_path(app.state.conv.ids)
+        path = fake.cached_path(app.chat.state.conv.ids)
         assert path and all(tree._drawn_sig[i][3] for i in path)
-        assert len(app.state.hit_history) == 2
+        assert len(app.chat.state.hit_history) == 2
 
 
 async def test_the_cache_tree_is_updated_incrementally(make_app):
@@ -105,9 +105,9 @@ async def test_a_window_too_narrow_for_the_panels_refuses_them_and_survives_resi
             await pilot.resize_terminal(width, 30)
             await pilot.pause()
             assert side.display == (width >= 110)
-            assert app.prompt.size.width > 0
+            assert app.chat.prompt.size.width > 0
         await say(app, pilot, "still here")
-        assert app.state.conv.messages[-1].content == "You said: **still here**"
+        assert app.chat.state.conv.messages[-1].content == "You said: **still here**"
 
 
 async def test_the_memory_panel_shows_cuda_allocated_and_reserved_on_a_gpu(make_app, fake):

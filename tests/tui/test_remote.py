@@ -3,8 +3,8 @@ that breaks mid-reply, and panels fed from ``backend.totals`` instead of engine 
 
 from __future__ import annotations
 
+from radixchat.chat.usage import footer_from_meta
 from radixchat.tui.state import ChatState
-from radixchat.tui.widgets.assistant_message import footer_from_meta
 from radixchat.tui.widgets.cache_tree import CacheTree
 from tests.tui.conftest import TERMINAL, FakeRemoteBackend, ready, say
 
@@ -19,11 +19,13 @@ async def test_a_reply_without_usage_has_a_footer_without_counts(make_app):
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await say(app, pilot, "hello")
-        assert str(app.transcript.last_assistant().query_one(".footer").render()) == "TTFT 80 ms · 25 tok/s"
-        assert list(app.state.hit_history) == [] and app.state.last_hit is None
+        assert (
+            str(app.chat.transcript.last_assistant().query_one(".footer").render()) == "TTFT 80 ms · 25 tok/s"
+        )
+        assert list(app.chat.state.hit_history) == [] and app.chat.state.last_hit is None
         remote.usage = (120, None)  # prompt tokens reported, cached tokens not
         await say(app, pilot, "again")
-        assert str(app.transcript.last_assistant().query_one(".footer").render()) == (
+        assert str(app.chat.transcript.last_assistant().query_one(".footer").render()) == (
             "prompt 120 · TTFT 80 ms · 25 tok/s"
         )
 
@@ -34,18 +36,18 @@ async def test_the_panels_show_the_servers_totals_and_say_what_is_not_local(make
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await say(app, pilot, "one")  # no cache report
-        await app.refresh_panels_now()
+        await app.chat.refresh_panels_now()
         assert "the server reports no cached tokens" in text_of(app, "#hit-rate .numbers")
         remote.usage = (200, 150)
         await say(app, pilot, "two")
         remote.usage = (100, 100)
         await say(app, pilot, "three")
-        await app.refresh_panels_now()
+        await app.chat.refresh_panels_now()
         await pilot.pause()
         hit = text_of(app, "#hit-rate .numbers")
         assert "overall     83%" in hit and "last turn  100%" in hit  # 250 of 300 over the reported turns
         assert "250 of 300 prompt tokens reused" in hit
-        assert list(app.state.hit_history) == [0.75, 1.0]
+        assert list(app.chat.state.hit_history) == [0.75, 1.0]
         assert not app.query_one(CacheTree).display
         assert text_of(app, "#tree-note") == remote.cache_tree_note
         assert "Nothing local to show" in text_of(app, "#memory") and remote.base_url in text_of(
@@ -63,8 +65,8 @@ async def test_a_reply_cut_off_mid_stream_keeps_its_text_and_says_why(make_app, 
         await ready(app, pilot)
         remote.break_after = 6
         await say(app, pilot, "tell me")
-        view = app.transcript.last_assistant()
-        msg = app.state.conv.messages[-1]
+        view = app.chat.transcript.last_assistant()
+        msg = app.chat.state.conv.messages[-1]
         assert msg.content == "You sa" and msg.finish_reason == "error" and msg.meta["partial"]
         shown = str(view.query_one(".footer").render())
         assert shown.startswith("▲ cut off · TTFT 80 ms") and "closed the connection mid-reply" in shown

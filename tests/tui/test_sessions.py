@@ -21,13 +21,13 @@ async def test_each_completed_turn_is_autosaved(make_app, settings):
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await say(app, pilot, "remember me")
-        name = app.state.session_name
-        assert name and name.startswith("chat-") and app.state.auto_named
+        name = app.chat.state.session_name
+        assert name and name.startswith("chat-") and app.chat.state.auto_named
         path = session_path(settings.sessions_dir, name)
         await wait_until(path.exists, pilot=pilot)
         saved = load_session(path)
         assert [m.content for m in saved.messages] == ["remember me", "You said: **remember me**"]
-        assert saved.messages[0].token_ids == app.state.conv.messages[0].token_ids
+        assert saved.messages[0].token_ids == app.chat.state.conv.messages[0].token_ids
         assert saved.model == "fake-model"
         assert not list(settings.sessions_dir.glob(".*.tmp"))  # atomic: no temp file left behind
 
@@ -37,7 +37,7 @@ async def test_save_asks_for_a_name_and_replaces_the_autosaved_file(make_app, se
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await say(app, pilot, "hi")
-        auto = session_path(settings.sessions_dir, app.state.session_name)
+        auto = session_path(settings.sessions_dir, app.chat.state.session_name)
         await wait_until(auto.exists, pilot=pilot)
         await pilot.press("ctrl+s")
         await wait_until(lambda: isinstance(app.screen, NameDialog), pilot=pilot)
@@ -45,7 +45,9 @@ async def test_save_asks_for_a_name_and_replaces_the_autosaved_file(make_app, se
         await pilot.press("enter")
         target = session_path(settings.sessions_dir, "recipes")
         await wait_until(target.exists, pilot=pilot)
-        assert not auto.exists() and app.state.session_name == "recipes" and not app.state.auto_named
+        assert (
+            not auto.exists() and app.chat.state.session_name == "recipes" and not app.chat.state.auto_named
+        )
         await say(app, pilot, "more")
         assert len(load_session(target).messages) == 4
 
@@ -55,10 +57,10 @@ async def test_a_saved_session_opens_with_its_history_settings_and_a_warm_cache(
     app = make_app(backend=first, session="trip")
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        app.state.sampling = app.state.sampling.model_copy(update={"temperature": 0.2})
+        app.chat.state.sampling = app.chat.state.sampling.model_copy(update={"temperature": 0.2})
         await say(app, pilot, "plan a trip")
         await say(app, pilot, "to Lisbon")
-        ids = app.state.conv.ids
+        ids = app.chat.state.conv.ids
     path = session_path(settings.sessions_dir, "trip")
     session = load_session(path)
     assert session.sampling.temperature == 0.2
@@ -67,15 +69,18 @@ async def test_a_saved_session_opens_with_its_history_settings_and_a_warm_cache(
     app2 = make_app(backend=second, session=session)
     async with app2.run_test(size=TERMINAL) as pilot:
         await ready(app2, pilot)
-        assert [v.message.content for v in app2.transcript.messages()][::2] == ["plan a trip", "to Lisbon"]
-        assert app2.state.conv.ids == ids and app2.state.sampling.temperature == 0.2
+        assert [v.message.content for v in app2.chat.transcript.messages()][::2] == [
+            "plan a trip",
+            "to Lisbon",
+        ]
+        assert app2.chat.state.conv.ids == ids and app2.chat.state.sampling.temperature == 0.2
         assert second.warmed == [ids]
-        assert app2.state.session_name == "trip"
+        assert app2.chat.state.session_name == "trip"
         await pilot.press("up")
-        assert app2.prompt.text == "to Lisbon"  # the prompt history came along
-        app2.prompt.clear()
+        assert app2.chat.prompt.text == "to Lisbon"  # the prompt history came along
+        app2.chat.prompt.clear()
         await say(app2, pilot, "and back")
-        usage = app2.state.conv.messages[-1].meta["usage"]
+        usage = app2.chat.state.conv.messages[-1].meta["usage"]
         assert usage["cached_tokens"] == len(ids) - 1  # the whole history was a cache hit
 
 
@@ -92,12 +97,14 @@ async def test_a_session_from_another_model_opens_re_tokenized_with_a_note(make_
     app = make_app(backend=fake, session=session)
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
-        notes = [str(n.render()) for n in app.transcript.query("Note")]
+        notes = [str(n.render()) for n in app.chat.transcript.query("Note")]
         assert any("saved with other-model" in n and "continues with fake-model" in n for n in notes)
-        assert all(not m.token_ids for m in app.state.conv.messages)  # the other tokenizer's ids are dropped
+        assert all(
+            not m.token_ids for m in app.chat.state.conv.messages
+        )  # the other tokenizer's ids are dropped
         assert fake.warmed and fake.fmt.decode(fake.warmed[0]).startswith("<|im_start|>user\nhello")
         await say(app, pilot, "again")
-        assert app.state.conv.messages[-1].meta["usage"]["cached_tokens"] > 0
+        assert app.chat.state.conv.messages[-1].meta["usage"]["cached_tokens"] > 0
         await wait_until(
             lambda: load_session(session_path(settings.sessions_dir, "old")).model == "fake-model",
             pilot=pilot,
@@ -146,8 +153,8 @@ async def test_the_session_browser_opens_renames_deletes_and_exports(make_app, s
         await wait_until(lambda: len(screen.entries) == 2, pilot=pilot)
         table.move_cursor(row=[e.name for e in screen.entries].index("gamma"))
         await pilot.press("enter")
-        await wait_until(lambda: app.state.session_name == "gamma", pilot=pilot)
-        assert [v.message.content for v in app.transcript.messages()] == ["b", "re b"]
+        await wait_until(lambda: app.chat.state.session_name == "gamma", pilot=pilot)
+        assert [v.message.content for v in app.chat.transcript.messages()] == ["b", "re b"]
         assert (settings.sessions_dir / "broken.json").read_text() == "{not json"  # never rewritten
 
 
@@ -173,15 +180,15 @@ async def test_session_settings_set_sampling_and_a_new_system_prompt_starts_a_br
         screen.query_one("#f-seed").value = "7"
         screen.query_one("#system-prompt").load_text("Be brief.")
         await pilot.press("ctrl+s")
-        await wait_until(lambda: app.state.system_prompt == "Be brief.", pilot=pilot)
-        assert app.state.sampling.temperature == 0.3 and app.state.sampling.seed == 7
-        assert len(app.state.branches) == 2 and app.state.conv.system == "Be brief."
+        await wait_until(lambda: app.chat.state.system_prompt == "Be brief.", pilot=pilot)
+        assert app.chat.state.sampling.temperature == 0.3 and app.chat.state.sampling.seed == 7
+        assert len(app.chat.state.branches) == 2 and app.chat.state.conv.system == "Be brief."
         await say(app, pilot, "again")
-        assert app.state.conv.messages[0].role == "system"
+        assert app.chat.state.conv.messages[0].role == "system"
         saved = load_session(session_path(settings.sessions_dir, "tuned"))
         assert saved.system_prompt == "Be brief." and saved.sampling.seed == 7
-        await app.switch_branch(0)  # the first branch was made without a system prompt
-        assert app.state.system_prompt is None
+        await app.chat.switch_branch(0)  # the first branch was made without a system prompt
+        assert app.chat.state.system_prompt is None
         await pilot.press("f2")
         await wait_until(lambda: isinstance(app.screen, SettingsScreen), pilot=pilot)
         assert app.screen.query_one("#system-prompt").text == ""
@@ -214,7 +221,9 @@ def test_markdown_export_reads_like_the_chat():
 def test_run_app_opens_a_named_session_and_names_a_new_one(settings, monkeypatch):
     seen = []
     monkeypatch.setattr(
-        RadixChatApp, "run", lambda self: seen.append((self._pending, self.state.session_name))
+        RadixChatApp,
+        "run",
+        lambda self: seen.append((self.chat.pending_session, self.chat.state.session_name)),
     )
     save_session(SessionFile(name="kept", model="fake-model"), session_path(settings.sessions_dir, "kept"))
     assert run_app(settings, session="kept") == 0
@@ -249,10 +258,10 @@ async def test_a_new_chat_in_the_middle_of_a_reply_saves_that_turn_first(make_ap
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         await say(app, pilot, "first")
-        name = app.state.session_name
+        name = app.chat.state.session_name
         await say_mid_reply(app, pilot, fake, "tell me about ships")
         await pilot.press("ctrl+n")
-        await wait_until(lambda: app.state.session_name != name, pilot=pilot)
+        await wait_until(lambda: app.chat.state.session_name != name, pilot=pilot)
     saved = load_session(session_path(settings.sessions_dir, name))
     assert [m.content for m in saved.messages][-2:] == ["tell me about ships", "ab"]
     assert saved.messages[-1].finish_reason == "cancelled"
@@ -267,8 +276,8 @@ async def test_opening_a_session_in_the_middle_of_an_unsaved_chat_saves_the_chat
         await say_mid_reply(app, pilot, fake, "say hi")
         # As the session browser does: from a handler on the app's message queue, where the reply's
         # end-of-turn message waits behind it.
-        app.call_later(app.open_session, load_session(session_path(settings.sessions_dir, "other")))
-        await wait_until(lambda: app.state.session_name == "other", pilot=pilot)
+        app.call_later(app.chat.open_session, load_session(session_path(settings.sessions_dir, "other")))
+        await wait_until(lambda: app.chat.state.session_name == "other", pilot=pilot)
         await pilot.pause()
     chats = [p for p in settings.sessions_dir.glob("chat-*.json")]
     assert len(chats) == 1
@@ -313,7 +322,7 @@ async def test_an_unreadable_session_is_renamed_or_deleted_as_a_file_and_export_
         assert moved.read_text() == "{not json"  # moved as it is, never rewritten
         assert not (settings.sessions_dir / "broken.json").exists()
         await wait_until(lambda: [e.name for e in screen.entries] == ["kept-aside"], pilot=pilot)
-        assert app.state.session_name != "kept aside"  # the chat in the app is another one
+        assert app.chat.state.session_name != "kept aside"  # the chat in the app is another one
         await pilot.press("d")
         await wait_until(lambda: isinstance(app.screen, ConfirmDialog), pilot=pilot)
         await pilot.press("n")  # asks first

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import radixchat.tui.chat_actions as chat_actions
+import radixchat.tui.screens.chat as chat_screen
 from radixchat.chat.modes import ModeError
 from radixchat.chat.session import SessionFile, atomic_write_text, session_path
 from radixchat.tui.app import RadixChatApp
@@ -82,13 +82,13 @@ async def tool_turn(pilot) -> None:
     """One tool turn; timings fixed (they are measured), the first call expanded."""
     app = pilot.app
     await ready(app, pilot)
-    await app.action_set_mode("tool")
+    await app.chat.action_set_mode("tool")
     await say(app, pilot, "What is 17% of 2,340? Note it down.")
     blocks = list(app.query("ToolCallBlock"))
     for block in blocks:
         block.set_outcome(block.result, block.error, 0.4)
     blocks[0].collapsed = False
-    await app.refresh_panels_now()
+    await app.chat.refresh_panels_now()
     await settle(pilot)
 
 
@@ -97,18 +97,18 @@ async def two_turns(pilot) -> None:
     await ready(app, pilot)
     await say(app, pilot, "Write an add function in Python")
     await say(app, pilot, "Thanks!")
-    done = app.turns_finished
+    done = app.chat.turns_finished
     await pilot.press("ctrl+r")  # a second branch: the cache tree forks after the shared prefix
     await turn_done(app, pilot, done)
-    await app.refresh_panels_now()
+    await app.chat.refresh_panels_now()
     await settle(pilot)
 
 
 async def settle(pilot) -> None:
     """Let layout and the transcript's scroll-to-bottom finish before the screenshot, with the prompt's
     cursor steady (it blinks every 0.5 s: a slow run would catch it off)."""
-    pilot.app.prompt.cursor_blink = False
-    t = pilot.app.transcript
+    pilot.app.chat.prompt.cursor_blink = False
+    t = pilot.app.chat.transcript
     seen: list[float] = []
 
     def still() -> bool:  # the scroll offset held for three polls (short content sits below 0: anchored)
@@ -146,20 +146,22 @@ def test_a_stopped_reply_and_an_unavailable_mode(snap_compare, settings, monkeyp
             return None
         raise ModeError(f"{mode} mode is not available with this backend")
 
-    monkeypatch.setattr(chat_actions, "grammar_for", unavailable)  # the message is the grammar layer's
+    monkeypatch.setattr(chat_screen, "grammar_for", unavailable)  # the message is the grammar layer's
     script = Script(reply_for=lambda p: "This reply is long " * 20, chunk=5, gate=asyncio.Event())
 
     async def run_before(pilot) -> None:
         app = pilot.app
         await ready(app, pilot)
         await say(app, pilot, "Tell me a long story", wait=False)
-        await wait_until(lambda: app._reply_view is not None and app._reply_view.streamed, pilot=pilot)
+        await wait_until(
+            lambda: app.chat.reply_view is not None and app.chat.reply_view.streamed, pilot=pilot
+        )
         await pilot.press("escape")
         await turn_done(app, pilot, 0)
-        app.state.mode = "json"
-        await app.probe_mode()
-        app.update_status()
-        await app.refresh_panels_now()
+        app.chat.state.mode = "json"
+        await app.chat.probe_mode()
+        app.chat.update_status()
+        await app.chat.refresh_panels_now()
         await settle(pilot)
 
     assert snap_compare(app_for(settings, script), terminal_size=WIDE, run_before=run_before)

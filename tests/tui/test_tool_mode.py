@@ -10,9 +10,10 @@ import pytest
 import radixchat.tui.screens.consent as consent_screen
 from radixchat.chat.session import load_session, session_path
 from radixchat.config import UserToolConfig
+from radixchat.tool_format import strip_tool_calls
 from radixchat.tui.screens.consent import ConsentScreen
 from radixchat.tui.screens.tools import ToolsScreen
-from radixchat.tui.tools import CallFilter, strip_calls
+from radixchat.tui.tools import CallFilter
 from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 from tests.tui.conftest import (
@@ -60,8 +61,8 @@ def block_title(block: ToolCallBlock) -> str:
 
 async def in_tool_mode(app, pilot) -> None:
     await ready(app, pilot)
-    await app.action_set_mode("tool")
-    assert app.mode_problem is None
+    await app.chat.action_set_mode("tool")
+    assert app.chat.mode_problem is None
 
 
 async def answer_consent(app, pilot, key: str) -> str:
@@ -78,11 +79,11 @@ async def test_a_tool_call_runs_shows_as_a_block_and_the_answer_streams_after_it
     async with app.run_test(size=TERMINAL) as pilot:
         await in_tool_mode(app, pilot)
         await say(app, pilot, "What is 6*7?")
-        conv = app.state.conv
+        conv = app.chat.state.conv
         assert [m.role for m in conv.messages] == ["user", "assistant", "tool", "assistant"]
         assert conv.messages[1].tool_calls == [{"name": "calculator", "arguments": {"expression": "6*7"}}]
         assert conv.messages[2].content == "42" and conv.messages[2].meta["error"] is False
-        call_view, answer = app.transcript.query(AssistantMessage)
+        call_view, answer = app.chat.transcript.query(AssistantMessage)
         (block,) = call_view.calls
         assert block_title(block).startswith('✓ calculator(expression="6*7") → 42 · ')
         assert block_title(block).endswith(" ms") and block.has_class("-ok") and block.collapsed
@@ -116,7 +117,9 @@ async def test_a_reopened_tool_turn_shows_the_same_blocks(make_app, settings):
         await ready(app2, pilot)
         assert [block_title(b) for b in app2.query(ToolCallBlock)] == live
         assert app2.query_one(ToolCallBlock).has_class("-error")
-        assert app2.state.mode == "tool" and app2.state.conv.tools  # continues with the same declarations
+        assert (
+            app2.chat.state.mode == "tool" and app2.chat.state.conv.tools
+        )  # continues with the same declarations
 
 
 async def test_denying_a_user_tool_gives_the_model_an_error_and_it_goes_on(make_app, shout_settings):
@@ -124,15 +127,15 @@ async def test_denying_a_user_tool_gives_the_model_an_error_and_it_goes_on(make_
     app = make_app(backend=fake, settings=shout_settings)
     async with app.run_test(size=TERMINAL) as pilot:
         await in_tool_mode(app, pilot)
-        app.state.tool_names = ["calculator", "shout"]
-        done = app.turns_finished
+        app.chat.state.tool_names = ["calculator", "shout"]
+        done = app.chat.turns_finished
         await say(app, pilot, "shout hi", wait=False)
         said = await answer_consent(app, pilot, "n")
         assert "Say it louder." in said and "shout.py" in said and '"text": "hi"' in said
         await turn_done(app, pilot, done)
         block = app.query_one(ToolCallBlock)
         assert block.has_class("-error") and "the user did not allow this call" in block_title(block)
-        assert app.transcript.last_assistant().message.content == (
+        assert app.chat.transcript.last_assistant().message.content == (
             "The tool said: error: the user did not allow this call"
         )
 
@@ -142,13 +145,13 @@ async def test_allow_once_runs_the_tool_and_asks_again_next_time(make_app, shout
     app = make_app(backend=fake, settings=shout_settings)
     async with app.run_test(size=TERMINAL) as pilot:
         await in_tool_mode(app, pilot)
-        app.state.tool_names = ["shout"]
-        done = app.turns_finished
+        app.chat.state.tool_names = ["shout"]
+        done = app.chat.turns_finished
         await say(app, pilot, "shout hi", wait=False)
         await answer_consent(app, pilot, "y")
         await turn_done(app, pilot, done)
         assert app.query_one(ToolCallBlock).result == "HI"
-        assert app.transcript.last_assistant().message.content == "The tool said: HI"
+        assert app.chat.transcript.last_assistant().message.content == "The tool said: HI"
         await say(app, pilot, "again", wait=False)
         await answer_consent(app, pilot, "escape")  # asked again: once was once; Esc denies
         await turn_done(app, pilot, done + 1)
@@ -160,14 +163,14 @@ async def test_always_allow_stops_asking_for_that_tool_in_this_session(make_app,
     app = make_app(backend=fake, settings=shout_settings)
     async with app.run_test(size=TERMINAL) as pilot:
         await in_tool_mode(app, pilot)
-        app.state.tool_names = ["shout"]
+        app.chat.state.tool_names = ["shout"]
         await say(app, pilot, "one", wait=False)
         await answer_consent(app, pilot, "a")
         await turn_done(app, pilot, 0)
         await say(app, pilot, "two")  # no dialog this time
         assert [b.result for b in app.query(ToolCallBlock)] == ["HEY", "HEY"]
-        await app.action_new_chat()  # a new session asks again
-        done = app.turns_finished
+        await app.chat.action_new_chat()  # a new session asks again
+        done = app.chat.turns_finished
         await say(app, pilot, "three", wait=False)
         await answer_consent(app, pilot, "n")
         await turn_done(app, pilot, done)
@@ -179,7 +182,7 @@ async def test_the_consent_dialog_ignores_allow_keys_until_it_is_armed(make_app,
     app = make_app(backend=fake, settings=shout_settings)
     async with app.run_test(size=TERMINAL) as pilot:
         await in_tool_mode(app, pilot)
-        app.state.tool_names = ["shout"]
+        app.chat.state.tool_names = ["shout"]
         await say(app, pilot, "go", wait=False)
         await wait_until(lambda: isinstance(app.screen, ConsentScreen), pilot=pilot)
         await pilot.press("y", "a")  # typed for the prompt: neither allows
@@ -206,8 +209,8 @@ async def test_the_tools_screen_chooses_the_offered_tools_and_tool_choice(make_a
         screen.query_one("Select").value = "call:calculator"
         await pilot.press("ctrl+s")
         await wait_until(lambda: not isinstance(app.screen, ToolsScreen), pilot=pilot)
-        assert app.state.tool_names == ["calculator", "read_session_notes", "write_session_notes"]
-        assert app.state.tool_choice == {"name": "calculator"}
+        assert app.chat.state.tool_names == ["calculator", "read_session_notes", "write_session_notes"]
+        assert app.chat.state.tool_choice == {"name": "calculator"}
         assert "tool_choice calculator" in str(app.query_one("StatusBar .activity").render())
         await say(app, pilot, "2+2?")
         mode, names, choice = fake.constraints[-2]  # the first round of the turn
@@ -230,16 +233,18 @@ async def test_escape_stops_a_tool_turn_and_keeps_what_was_done(make_app):
         await in_tool_mode(app, pilot)
         await say(app, pilot, "go", wait=False)
         await wait_until(
-            lambda: len(app.query(AssistantMessage)) == 2 and app.transcript.last_assistant().streamed,
+            lambda: len(app.query(AssistantMessage)) == 2 and app.chat.transcript.last_assistant().streamed,
             pilot=pilot,
         )
         await pilot.press("escape")
         await turn_done(app, pilot, 0)
         assert app.query_one(ToolCallBlock).result == "1024"
-        last = app.state.conv.messages[-1]
+        last = app.chat.state.conv.messages[-1]
         assert last.finish_reason == "cancelled" and last.content == ("A long answer. " * 20)[:200]
-        assert str(app.transcript.last_assistant().query_one(".footer").render()).startswith("■ stopped")
-        assert app._reply is None and "generating" not in str(app.query_one("StatusBar .activity").render())
+        assert str(app.chat.transcript.last_assistant().query_one(".footer").render()).startswith("■ stopped")
+        assert app.chat.in_flight is None and "generating" not in str(
+            app.query_one("StatusBar .activity").render()
+        )
 
 
 async def test_regenerate_in_tool_mode_runs_the_whole_turn_again_as_a_branch(make_app):
@@ -250,12 +255,12 @@ async def test_regenerate_in_tool_mode_runs_the_whole_turn_again_as_a_branch(mak
         await say(app, pilot, "3*3?")
         await pilot.press("ctrl+r")
         await turn_done(app, pilot, 1)
-        assert len(app.state.branches) == 2
-        for branch in app.state.branches:
+        assert len(app.chat.state.branches) == 2
+        for branch in app.chat.state.branches:
             assert [m.role for m in branch.conv.messages] == ["user", "assistant", "tool", "assistant"]
         assert len(app.query(ToolCallBlock)) == 1  # the transcript shows the new branch only
         # the rerun's first round was served from the cache: everything but the prompt's last token
-        first_round = app.state.conv.messages[1].meta["usage"]
+        first_round = app.chat.state.conv.messages[1].meta["usage"]
         assert first_round["cached_tokens"] == first_round["prompt_tokens"] - 1
 
 
@@ -265,7 +270,7 @@ async def test_session_notes_tools_keep_their_notes_in_the_session(make_app, set
     async with app.run_test(size=TERMINAL) as pilot:
         await in_tool_mode(app, pilot)
         await say(app, pilot, "remember to buy milk")
-        assert app.state.tool_ctx.notes == "buy milk"
+        assert app.chat.state.tool_ctx.notes == "buy milk"
     assert load_session(session_path(settings.sessions_dir, "notes")).notes == "buy milk"
 
 
@@ -274,24 +279,7 @@ def test_the_call_filter_holds_call_blocks_out_of_streamed_text():
     text = 'Let me check.<tool_call>\n{"name": "x"}\n</tool_call> Done <tool'
     shown = "".join(f.feed(text[i : i + 3]) for i in range(0, len(text), 3)) + f.flush()
     assert shown == "Let me check. Done <tool" and f.calls == 1
-    assert strip_calls(tool_call_text("x", {}) + "\n\nok") == "ok"
-
-
-def test_the_apps_call_parsing_matches_the_grammar_layers():
-    from radixchat.grammar import parse_tool_calls
-    from radixchat.tui.tools import parse_calls
-
-    texts = [
-        tool_call_text("a", {"x": 1}),
-        'hi <tool_call>\n{"name": "b", "arguments": "{\\"y\\": 2}"}\n</tool_call> bye',
-        "<tool_call>{not json}</tool_call>",
-        '<tool_call>{"arguments": {}}</tool_call>',
-        "plain text",
-        tool_call_text("a", {}) + tool_call_text("c", {"z": [1]}),
-    ]
-    for text in texts:
-        parsed = parse_tool_calls(text)
-        assert parse_calls(text) == [dict(c) for c in parsed.calls] and strip_calls(text) == parsed.content
+    assert strip_tool_calls(tool_call_text("x", {}) + "\n\nok") == "ok"
 
 
 async def test_a_user_tool_clashing_with_a_built_in_is_reported_and_the_built_ins_stay(make_app, settings):
@@ -300,4 +288,7 @@ async def test_a_user_tool_clashing_with_a_built_in_is_reported_and_the_built_in
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         assert any("clashes with a built-in tool" in str(n.message) for n in app._notifications)
-        assert all(t.builtin for t in app.registry.tools.values()) and "calculator" in app.registry.tools
+        assert (
+            all(t.builtin for t in app.chat.registry.tools.values())
+            and "calculator" in app.chat.registry.tools
+        )

@@ -12,8 +12,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Markdown, Select, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
+from radixchat.chat.session_state import ToolChoice
 from radixchat.chat.tools import Tool
-from radixchat.tui.tools import CHOICES, ToolChoice
+from radixchat.tui.tools import CHOICES
 
 CHOICE_HELP = {
     "auto": "auto — answer, or call tools",

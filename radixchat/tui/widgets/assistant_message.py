@@ -18,9 +18,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Markdown, Static
 
-from radixchat.chat.conversation import Message, usage_footer
+from radixchat.chat.conversation import Message
+from radixchat.chat.usage import footer_from_meta
+from radixchat.tool_format import strip_tool_calls
 from radixchat.tui.messages import RegenerateRequested
-from radixchat.tui.tools import CallFilter, strip_calls
+from radixchat.tui.tools import CallFilter
 from radixchat.tui.widgets.message_view import MessageView
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 
@@ -41,34 +43,8 @@ def display_text(content: str, mode: str | None, tool_calls: list[dict[str, Any]
         with contextlib.suppress(ValueError, TypeError):
             text = "```json\n" + json.dumps(json.loads(content), indent=2, ensure_ascii=False) + "\n```"
     if tool_calls or mode == "tool":
-        text = strip_calls(text)
+        text = strip_tool_calls(text)
     return text
-
-
-def footer_from_meta(meta: dict[str, Any], finish_reason: str | None) -> str:
-    """A saved message's footer, from its meta, as the reply's own was."""
-    usage = meta.get("usage") or {}
-    footer = usage_footer(
-        usage.get("prompt_tokens"),
-        usage.get("cached_tokens"),
-        meta.get("ttft_ms"),
-        meta.get("decode_tokens_per_s"),
-    )
-    return decorate_footer(footer, finish_reason, meta.get("error"), bool(meta.get("partial")))
-
-
-def decorate_footer(
-    footer: str, finish_reason: str | None, error: str | None = None, partial: bool = False
-) -> str:
-    if finish_reason == "cancelled":
-        footer = f"■ stopped · {footer}" if footer else "■ stopped"
-    elif finish_reason == "length":
-        footer = f"{footer} · hit max tokens"
-    elif partial:  # a remote stream that broke mid-reply: what came is kept
-        footer = f"▲ cut off · {footer}" if footer else "▲ cut off"
-    if error:
-        footer = f"{footer} · {error}" if footer else error
-    return footer
 
 
 class AssistantMessage(MessageView):

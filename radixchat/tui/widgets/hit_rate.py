@@ -13,7 +13,7 @@ from radixchat.tui.widgets.format import bar, percent
 
 if TYPE_CHECKING:
     from radixchat.engine.stats import EngineStats
-    from radixchat.tui.widgets.side_panel import RemoteView
+    from radixchat.tui.widgets.remote_view import RemoteView
 
 NOT_REPORTED = (
     "the server reports no cached tokens\n"
@@ -43,7 +43,7 @@ class HitRatePanel(Vertical):
         self._sparkline(recent)
 
     def show_remote(self, view: RemoteView) -> None:
-        """The server's own reports, summed by the backend (``RemoteTotals``); unknown stays unknown."""
+        """The server's own reports, summed by the backend (``UsageTotals``); unknown stays unknown."""
         totals = view.totals
         overall = totals.hit_rate if totals is not None else None
         lines = [

@@ -6,6 +6,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 
 from radixchat.chat.conversation import Message
+from radixchat.tui.widgets.prompt import PromptInput
 
 
 class MessageView(Vertical, can_focus=True):
@@ -40,4 +41,4 @@ class MessageView(Vertical, can_focus=True):
             self.action_back_to_prompt()
 
     def action_back_to_prompt(self) -> None:
-        self.app.action_focus_prompt()  # type: ignore[attr-defined]
+        self.screen.query_one(PromptInput).focus()

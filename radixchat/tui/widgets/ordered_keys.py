@@ -7,7 +7,7 @@ goes on with the keys behind it (a Backspace lands after the characters that fol
 typed after Ctrl+S land in the value applied). Keys arrive in such bursts from fast typing, tmux
 send-keys, or a paste without bracketed paste. So these boxes run their own bindings and those of the
 containers up to their screen (a dialog's Ctrl+S and Esc) from ``_on_key``, in order with the characters
-they insert; the dialogs' bindings are plain ones. ``PromptInput`` does the same for the prompt's keys.
+they insert; the dialogs' bindings are plain ones. The prompt (``PromptInput``) is such a box too.
 """
 
 from __future__ import annotations
@@ -47,7 +47,10 @@ class OrderedKeys(MixinBase):  # type: ignore[misc,valid-type]
                 bindings: BindingsMap = node._bindings.copy()
                 if keymap:
                     bindings.apply_keymap(keymap)
-                found += [(node, b) for b in bindings.key_to_bindings.get(key, []) if not b.priority]
+                # A class's own bindings before those it inherits (the prompt's Up before TextArea's).
+                own = {b.id for b in type(node).__dict__.get("BINDINGS", ()) if isinstance(b, Binding)}
+                keyed = sorted(bindings.key_to_bindings.get(key, []), key=lambda b: b.id not in own)
+                found += [(node, b) for b in keyed if not b.priority]
             if node.is_modal:
                 break
         return found

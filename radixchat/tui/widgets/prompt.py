@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from textual import events
 from textual.binding import Binding
 from textual.widgets import TextArea
 
 from radixchat.tui.messages import PromptSubmitted
+from radixchat.tui.widgets.ordered_keys import OrderedKeys
 
 
 class PromptHistory:
@@ -47,14 +47,16 @@ class PromptHistory:
         self._pos = None
 
 
-class PromptInput(TextArea):
-    """The message box at the bottom of the chat."""
+class PromptInput(OrderedKeys, TextArea):
+    """The message box at the bottom of the chat.
 
-    # Keys bound here (and TextArea's own editing keys) run from ``_on_key``, in the order they arrive.
-    # Left to Textual, a priority binding runs when the App first sees the key, before the keys typed
-    # just ahead of it have reached the text (Enter sent a stale prompt); a plain binding runs after the
-    # key bubbles back up, behind the printable keys that followed it (Backspace landed after them).
-    # Keys arrive in such bursts from fast typing, tmux send-keys, or a paste without bracketed paste.
+    Its keys (and TextArea's own editing keys, and the screen's) run from ``OrderedKeys._on_key``, in the
+    order they arrive: left to Textual, a priority binding runs when the App first sees the key, before
+    the keys typed just ahead of it have reached the text (Enter sent a stale prompt); a plain binding
+    runs after the key bubbles back up, behind the printable keys that followed it (Backspace landed after
+    them). Keys arrive in such bursts from fast typing, tmux send-keys, or a paste without bracketed paste.
+    """
+
     BINDINGS = [
         Binding("enter", "submit", "Send", id="prompt.send"),
         Binding("ctrl+j,shift+enter,alt+enter", "newline", "Newline", id="prompt.newline", key_display="^J"),
@@ -67,22 +69,6 @@ class PromptInput(TextArea):
             soft_wrap=True, show_line_numbers=False, compact=True, tab_behavior="focus", **kwargs
         )  # type: ignore[arg-type]
         self.prompts = history or PromptHistory()
-
-    async def _on_key(self, event: events.Key) -> None:
-        bindings = self._bindings_for(event.key)
-        if bindings:
-            event.stop()
-            event.prevent_default()  # TextArea would insert a newline for Enter
-            await self.run_action(bindings[0].action)
-
-    def _bindings_for(self, key: str) -> list[Binding]:
-        """This widget's bindings for ``key``, the user's keymap applied (ours before TextArea's)."""
-        bindings = self._bindings.copy()
-        keymap = getattr(self.app, "_keymap", None)
-        if keymap:
-            bindings.apply_keymap(keymap)
-        found = bindings.key_to_bindings.get(key, [])
-        return sorted(found, key=lambda b: not (b.id or "").startswith("prompt."))
 
     def action_submit(self) -> None:
         text = self.text

@@ -1,11 +1,11 @@
 """The live side panel: cache tree, hit rate, memory, speed — from ``backend.stats()``, or for a remote
-backend (no engine here) from its ``totals`` and the app's own timings."""
+backend (no engine here) from its ``totals()`` and the app's own timings."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -14,27 +14,19 @@ from textual.widgets import Static
 from radixchat.tui.widgets.cache_tree import CacheTree
 from radixchat.tui.widgets.hit_rate import HitRatePanel
 from radixchat.tui.widgets.memory import MemoryPanel
+from radixchat.tui.widgets.remote_view import RemoteView
 from radixchat.tui.widgets.speed import SpeedPanel
 
 if TYPE_CHECKING:
+    from radixchat.chat.backend import ChatBackend
+    from radixchat.chat.usage import UsageTotals
     from radixchat.engine.stats import EngineStats
-
-
-@dataclass(slots=True)
-class RemoteView:
-    """What the panels show for a backend without engine stats (an OpenAI-compatible server)."""
-
-    server: str
-    model: str
-    tree_note: str
-    totals: Any = None  # RemoteTotals: turns, prompt/cached/completion tokens, hit_rate (None: unknown)
-    recent: Sequence[float] = ()
-    last_hit: float | None = None
-    ttft_ms: float | None = None
-    decode_tokens_per_s: float | None = None
+    from radixchat.tui.state import ChatState
 
 
 class SidePanel(Vertical):
+    refreshing = False  # a refresh is fetching the backend's numbers (the next tick skips)
+
     def compose(self) -> ComposeResult:
         with Vertical(id="tree-box") as box:
             box.border_title = "cache tree"
@@ -53,6 +45,37 @@ class SidePanel(Vertical):
         if note is not None:
             static.update(note)
         self.query_one("#tree-box").border_subtitle = "● locked ○ evictable" if note is None else ""
+
+    async def refresh_from(self, backend: ChatBackend, state: ChatState) -> None:
+        """Show ``backend``'s numbers (fetched in a thread: the engine's stats take its lock) and the
+        active conversation's path in the cache tree."""
+        conv = state.conv
+        ids = conv.ids if conv is not None else []
+
+        def fetch() -> tuple[EngineStats | None, list[int], UsageTotals | None]:
+            stats = backend.stats()
+            return stats, backend.cached_path(ids), backend.totals() if stats is None else None
+
+        self.refreshing = True
+        try:
+            stats, path, totals = await asyncio.to_thread(fetch)
+        finally:
+            self.refreshing = False
+        if not self.is_attached:  # the app is closing
+            return
+        if stats is not None:
+            self.show(stats, path, list(state.hit_history))
+            return
+        view = RemoteView(
+            backend.base_url or "the server",
+            backend.model_name,
+            backend.cache_tree_note or "The KV cache tree lives on the server.",
+            totals,
+            list(state.hit_history),
+            state.last_hit,
+            *state.last_speed,
+        )
+        self.show_remote(view)
 
     def show_remote(self, view: RemoteView) -> None:
         self._tree_or_note(view.tree_note)

@@ -8,7 +8,7 @@ from textual.widgets import Static
 
 if TYPE_CHECKING:
     from radixchat.engine.stats import EngineStats
-    from radixchat.tui.widgets.side_panel import RemoteView
+    from radixchat.tui.widgets.remote_view import RemoteView
 
 
 class SpeedPanel(Static):

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 
+from ..errors import GrammarError
 from . import json_terminals as jt
+
+MAX_RULES = 200_000  # generated rules of one schema (memory bound; a big real schema has a few thousand)
 
 _ANY_RULES = [
     (
@@ -60,6 +63,8 @@ class LarkWriter:
 
     def new_rule(self, prefix: str, where: str) -> str:
         self._n += 1
+        if self._n > MAX_RULES:
+            raise GrammarError(f"schema near {where}: too large (over {MAX_RULES} grammar rules)")
         name = f"{prefix}{self._n}"
         self.where[name] = where
         return name
@@ -67,7 +72,7 @@ class LarkWriter:
     def rule(self, name: str, alts: list[list[str]]) -> None:
         self.rules[name] = alts
 
-    def terminal(self, regex: str, prefix: str = "T") -> str:
+    def terminal(self, regex: str, prefix: str = "T", where: str | None = None) -> str:
         if regex == jt.STRING_RE:
             self.terms.setdefault(regex, "STRING")
             return "STRING"
@@ -77,6 +82,8 @@ class LarkWriter:
         got = self.terms.get(regex)
         if got is None:
             got = self.terms[regex] = f"{prefix}{len(self.terms)}"
+            if where is not None:
+                self.where[got] = where
         return got
 
     def any_value(self) -> str:
@@ -97,7 +104,7 @@ class LarkWriter:
 
     def where_of(self, message: str) -> str | None:
         """The schema pointer of the first generated rule named in a (Lark) message."""
-        for name in re.findall(r"\b([a-z]+\d+)(?:_\w*)?\b", message):
+        for name in re.findall(r"\b([a-zA-Z]+\d+)(?:_\w*)?\b", message):
             if name in self.where:
                 return self.where[name]
         return None

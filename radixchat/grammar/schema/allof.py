@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from .errors import GrammarError
+from ..errors import GrammarError
 
 _MAX = {"minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum"}
 _MIN = {"maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum"}
@@ -134,6 +134,8 @@ def _merge_key(k: str, a, b, path: str):
     if k == "enum":
         keys = {json.dumps(v, sort_keys=True) for v in b}
         return [v for v in a if json.dumps(v, sort_keys=True) in keys]
+    if k == "x-radixchat-not-all":  # json_objects.NOT_ALL: every set still applies
+        return a + b
     if k in ("pattern", "format"):
         la = a if isinstance(a, list) else [a]
         lb = b if isinstance(b, list) else [b]

@@ -15,14 +15,18 @@ is factored out, and object/array branches must differ by some key or value befo
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections import OrderedDict
 from decimal import Decimal
 
+from .. import regex as rx
+from ..compiler import CompiledGrammar
+from ..errors import GrammarError
+from ..limits import COMPILE_SECONDS, check, deadline
 from . import json_terminals as jt
-from . import regex as rx
 from .allof import merge_all_of
-from .errors import GrammarError
+from .json_objects import NOT_ALL, array_shape, literal_structure, object_shape
 from .json_shape import ALL_TYPES, Shape, const_values, schema_types, type_of
 from .lark_text import LarkWriter
 
@@ -102,12 +106,28 @@ def _ptr(path: str) -> str:
     return "#" + path
 
 
-class SchemaCompiler:
-    """Builds the Lark text for one root schema. ``lenient`` turns unsupported keywords into warnings."""
+#: Longer ``maxLength`` bounds are generated as this one (valid values only, fewer of the longest).
+MAX_STRING_BOUND = 512
 
-    def __init__(self, root, lenient: bool = False) -> None:
+#: Readings of an absent ``additionalProperties`` (see ``SchemaCompiler.default_additional``).
+ADDITIONAL_PROPERTIES = ("auto", "false", "true")
+
+
+class SchemaCompiler:
+    """Builds the Lark text for one root schema. ``lenient`` turns unsupported keywords into warnings;
+    ``additional_properties`` is the reading of an absent ``additionalProperties``."""
+
+    def __init__(self, root, lenient: bool = False, additional_properties: str = "auto") -> None:
+        if additional_properties not in ADDITIONAL_PROPERTIES:
+            raise GrammarError(
+                f"additional_properties must be one of {', '.join(ADDITIONAL_PROPERTIES)}, "
+                f"not {additional_properties!r}"
+            )
         self.root = root
         self.lenient = lenient
+        self.additional_properties = additional_properties
+        #: What lenient mode left to the final validation: one line per keyword ("uniqueItems at #/x").
+        self.not_enforced: list[str] = []
         self.w = LarkWriter()
         self._memo: dict[str, str | None] = {}
         self._ref_rules: dict[str, str] = {}
@@ -126,9 +146,19 @@ class SchemaCompiler:
 
     def fail(self, msg: str) -> None:
         if self.lenient:
+            self.not_enforced.append(msg)
             warnings.warn(msg + " (ignored: lenient)", GrammarWarning, stacklevel=4)
         else:
             raise GrammarError(msg)
+
+    def default_additional(self, schema: dict) -> bool:
+        """``additionalProperties`` of an object schema that does not say: ``"auto"`` (the default)
+        closes objects that declare ``properties`` or ``patternProperties`` (a generation default, as
+        llama.cpp's) and opens those that declare neither (``{"type": "object"}`` is any object, as
+        JSON Schema says); ``"true"`` is JSON Schema's reading, ``"false"`` closes every object."""
+        if self.additional_properties == "auto":
+            return "properties" not in schema and "patternProperties" not in schema
+        return self.additional_properties == "true"
 
     def resolve(self, ref: str, path: str):
         if not isinstance(ref, str) or not ref.startswith("#"):
@@ -191,7 +221,7 @@ class SchemaCompiler:
         if sh.any_string:
             alts.append(self.w.terminal(jt.STRING_RE))
         elif sh.strings:
-            alts.append(self.w.terminal(rx.to_regex(rx.alt(*sh.strings))))
+            alts.append(self.w.terminal(rx.to_regex(rx.alt(*sh.strings)), where=_ptr(path)))
         if sh.any_number:
             alts.append(self.w.terminal(jt.NUMBER_RE))
         elif sh.numbers:
@@ -204,7 +234,7 @@ class SchemaCompiler:
                 else n
                 for n in sh.numbers
             ]
-            alts.append(self.w.terminal(rx.to_regex(rx.cat(rx.alt(*nums), jt.NUMBER_END))))
+            alts.append(self.w.terminal(rx.to_regex(rx.cat(rx.alt(*nums), jt.NUMBER_END)), where=_ptr(path)))
         alts += [f'"{lit}"' for lit in ("true", "false", "null") if lit in sh.literals]
         if sh.empty_object:
             alts.append(self.w.empty("object"))
@@ -223,6 +253,7 @@ class SchemaCompiler:
     # -- shapes -----------------------------------------------------------------------------------------
 
     def shape(self, schema, path: str) -> Shape:
+        check(_ptr(path))
         if schema is True:
             return Shape(any=True)
         if schema is False:
@@ -249,16 +280,15 @@ class SchemaCompiler:
             branches = schema[branches_kw]
             if not isinstance(branches, list) or not branches:
                 raise GrammarError(f"{branches_kw} at {_ptr(path)} must be a non-empty array")
-            out = Shape()
-            shapes = []
+            subs = []
             for i, b in enumerate(branches):
                 bpath = f"{path}/{branches_kw}/{i}"
-                sub = merge_all_of([rest, b], bpath, self) if set(rest) - ANNOTATIONS else b
-                sh = self.shape(sub, bpath)
-                shapes.append(sh)
-                out.merge(sh)
+                subs.append(merge_all_of([rest, b], bpath, self) if set(rest) - ANNOTATIONS else b)
             if branches_kw == "oneOf":
-                self.check_disjoint(shapes, branches, path)
+                subs = self.exclusive(subs, path)
+            out = Shape()
+            for i, sub in enumerate(subs):
+                out.merge(self.shape(sub, f"{path}/{branches_kw}/{i}"))
             return out
         return self.plain_shape(schema, path)
 
@@ -274,27 +304,27 @@ class SchemaCompiler:
             return Shape(arrays=[self.ref_symbol(schema["$ref"], path)])
         raise GrammarError(f"$ref at {_ptr(path)} recurses without consuming input")
 
-    def check_disjoint(self, shapes: list[Shape], branches, path: str) -> None:
-        """oneOf is accepted when branches are provably disjoint: by kind, or by a discriminating const."""
-        kinds = [self._validated_kinds(b, sh, path) for b, sh in zip(branches, shapes)]
-        for i in range(len(shapes)):
-            for j in range(i + 1, len(shapes)):
-                common = kinds[i] & kinds[j]
-                if not common:
+    def exclusive(self, subs: list, path: str) -> list:
+        """oneOf: each branch as generated must be invalid under every other branch (JSON Schema's
+        reading). Proven by kind, ``const``/``enum``, a required property the other branch forbids or
+        whose values it rejects, or a required property the generated branch cannot hold; else, for
+        object branches, by narrowing the generated branch so that it never holds all the properties
+        the other branch requires (``NOT_ALL``). Anything else is refused (strict) or treated as anyOf
+        (lenient)."""
+        out = list(subs)
+        for i, gen in enumerate(subs):
+            for j, val in enumerate(subs):
+                if i == j or excludes(self, gen, val, path):
                     continue
-                if common <= {"object"} and _discriminated(self, branches[i], branches[j], path):
+                names = _not_all(self, gen, val, path)
+                if names is None:
+                    self.fail(
+                        f"oneOf at {_ptr(path)}: branches {min(i, j)} and {max(i, j)} are not provably disjoint"
+                    )
                     continue
-                self.fail(f"oneOf at {_ptr(path)}: branches {i} and {j} are not provably disjoint")
-
-    def _validated_kinds(self, branch, shape: Shape, path: str) -> set[str]:
-        """The kinds a branch accepts under JSON Schema, not under generation's narrowing: without
-        ``type`` (or const/enum), ``{"pattern": "^a"}`` also accepts every number, object, ...."""
-        b, _ = self.deref(branch, path) if isinstance(branch, dict) else (branch, path)
-        if b is False:
-            return set()
-        if isinstance(b, dict) and set(b) & {"type", "const", "enum", "anyOf", "oneOf", "allOf"}:
-            return shape.kinds()
-        return set(ALL_TYPES)
+                g, _ = self.deref(out[i], path)
+                out[i] = {**g, NOT_ALL: [*g.get(NOT_ALL, []), names]}
+        return out
 
     def plain_shape(self, schema: dict, path: str) -> Shape:
         if "const" in schema or "enum" in schema:
@@ -346,12 +376,8 @@ class SchemaCompiler:
         if "null" in types:
             sh.literals.add("null")
         if "object" in types:
-            from .json_objects import object_shape
-
             object_shape(self, schema, path, sh)
         if "array" in types:
-            from .json_objects import array_shape
-
             array_shape(self, schema, path, sh)
         return sh
 
@@ -372,8 +398,6 @@ class SchemaCompiler:
         elif t == "null":
             sh.literals.add("null")
         else:
-            from .json_objects import literal_structure
-
             literal_structure(self, v, path, sh)
         return sh
 
@@ -383,6 +407,8 @@ class SchemaCompiler:
         hi = None if hi is None else int(hi)
         if hi is not None and hi < lo:
             return
+        if hi is not None and hi > MAX_STRING_BOUND >= lo:
+            hi = MAX_STRING_BOUND  # a narrowing: each count is a DFA state, and 32,767 of them do not fit
         contents: list = []
         patterns = schema.get("pattern", [])
         for p in [patterns] if isinstance(patterns, str) else patterns:
@@ -391,6 +417,8 @@ class SchemaCompiler:
         for fmt in [formats] if isinstance(formats, str) else formats:
             if fmt in jt.FORMATS:
                 contents.append(jt.format_ast(fmt))
+            elif fmt in jt.UNENFORCED_FORMATS:
+                self.fail(f"unsupported format '{fmt}' at {_ptr(path)}/format")
             else:
                 warnings.warn(
                     f"format {fmt!r} at {_ptr(path)}/format is not enforced", GrammarWarning, stacklevel=3
@@ -437,18 +465,100 @@ class SchemaCompiler:
             return
 
 
-def _discriminated(comp: SchemaCompiler, a, b, path: str) -> bool:
-    """Two object schemas with a common required property whose const/enum values are disjoint."""
-    a, _ = comp.deref(a, path)
-    b, _ = comp.deref(b, path)
-    if not (isinstance(a, dict) and isinstance(b, dict)):
+def _spec_kinds(schema) -> set[str]:
+    """The kinds a schema accepts under JSON Schema (``integer`` counted as ``number``)."""
+    if schema is False:
+        return set()
+    if not isinstance(schema, dict):
+        return set(ALL_TYPES)
+    kinds = set(ALL_TYPES)
+    types = schema.get("type")
+    if isinstance(types, (str, list)):
+        ts = {types} if isinstance(types, str) else set(types)
+        kinds = {"number" if t == "integer" else t for t in ts} & set(ALL_TYPES)
+        if schema.get("nullable") is True:
+            kinds.add("null")
+    values = const_values(schema)
+    if values is not None:
+        vk = {type_of(json.loads(v)) for v in values}
+        kinds &= {"number" if k == "integer" else k for k in vk}
+    return kinds
+
+
+def _gen_kinds(comp: SchemaCompiler, schema) -> set[str]:
+    """The kinds generated for a schema (our narrowing: no ``type`` means the kinds its keywords imply)."""
+    kinds = _spec_kinds(schema)
+    if (
+        isinstance(schema, dict)
+        and "type" not in schema
+        and not set(schema) & {"anyOf", "oneOf", "allOf", "$ref"}
+    ):
+        declared = _declared_kinds(schema, "")
+        present = set(schema)
+        implied = set(declared or ())
+        if present & STRING_KW:
+            implied.add("string")
+        if present & NUMBER_KW:
+            implied.add("number")
+        if implied:
+            kinds &= implied
+    return kinds
+
+
+def _prop_schema(schema: dict, name: str, spec: bool, comp: SchemaCompiler):
+    """The schema a present property ``name`` must satisfy (None: cannot tell)."""
+    props = schema.get("properties") or {}
+    if name in props:
+        return props[name]
+    if any(re.search(p, name) for p in schema.get("patternProperties") or {}):
+        return None
+    default = True if spec else comp.default_additional(schema)
+    return schema.get("additionalProperties", default)
+
+
+def excludes(comp: SchemaCompiler, gen, val, path: str, depth: int = 0) -> bool:
+    """No value generated for ``gen`` is valid under ``val`` (JSON Schema's reading). Sound, not complete."""
+    if depth > 8:
         return False
-    pa, pb = a.get("properties", {}), b.get("properties", {})
-    for k in set(a.get("required", [])) & set(b.get("required", [])) & set(pa) & set(pb):
-        va, vb = const_values(pa[k]), const_values(pb[k])
-        if va is not None and vb is not None and not (va & vb):
-            return True
+    gen, _ = comp.deref(gen, path) if isinstance(gen, dict) else (gen, path)
+    val, _ = comp.deref(val, path) if isinstance(val, dict) else (val, path)
+    if gen is False or val is False:
+        return True
+    if gen is True or val is True or not isinstance(gen, dict) or not isinstance(val, dict):
+        return False
+    common = _gen_kinds(comp, gen) & _spec_kinds(val)
+    if not common:
+        return True
+    gv, vv = const_values(gen), const_values(val)
+    if gv is not None and vv is not None and not gv & vv:
+        return True
+    if common == {"object"}:
+        for q in val.get("required") or []:
+            if _prop_schema(gen, q, False, comp) is False:
+                return True  # val requires a property gen never writes
+        for p in gen.get("required") or []:
+            vp = _prop_schema(val, p, True, comp)
+            if vp is False or (
+                vp is not None
+                and excludes(comp, (gen.get("properties") or {}).get(p, True), vp, path, depth + 1)
+            ):
+                return True
     return False
+
+
+def _not_all(comp: SchemaCompiler, gen, val, path: str) -> list[str] | None:
+    """Declared properties of object branch ``gen`` that may not all be present for its values to fail
+    ``val``: ``val``'s required ones (None: the branches are not both objects, or ``val`` requires one
+    that ``gen`` does not declare)."""
+    gen, _ = comp.deref(gen, path) if isinstance(gen, dict) else (gen, path)
+    val, _ = comp.deref(val, path) if isinstance(val, dict) else (val, path)
+    if not (isinstance(gen, dict) and isinstance(val, dict)) or _gen_kinds(comp, gen) - {"object"}:
+        return None
+    required = list(val.get("required") or [])
+    props = gen.get("properties") or {}
+    if not required or any(q not in props for q in required):
+        return None
+    return required
 
 
 def _normalise(schema):
@@ -462,36 +572,47 @@ def _normalise(schema):
     return schema
 
 
-def json_schema_to_lark(schema, *, lenient: bool = False) -> str:
+def json_schema_to_lark(schema, *, lenient: bool = False, additional_properties: str = "auto") -> str:
     """Lark grammar text for a JSON Schema (``None``: any JSON object; ``True``/``{}``: any value)."""
-    return SchemaCompiler(_normalise(schema), lenient).lark()
+    return SchemaCompiler(_normalise(schema), lenient, additional_properties).lark()
 
 
 _CACHE: OrderedDict = OrderedDict()
 
 
-def compile_json_schema(schema, info, *, lenient: bool = False, cache: bool = True, max_states: int = 20_000):
+def compile_json_schema(
+    schema,
+    info,
+    *,
+    lenient: bool = False,
+    additional_properties: str = "auto",
+    cache: bool = True,
+    max_states: int = 20_000,
+    max_seconds: float | None = COMPILE_SECONDS,
+):
     """Compile a JSON Schema (dict, bool, JSON text, or None for "any JSON object") for ``info``.
 
+    ``additional_properties`` reads an absent ``additionalProperties`` (``SchemaCompiler.default_additional``).
+    Compiling is bounded (``limits``): past ``max_seconds`` it raises GrammarError.
     Compiled grammars are cached per (schema, tokenizer) -- 64 most recent -- so repeated requests with
     one schema share warm mask caches. Raises GrammarError naming the keyword and JSON pointer.
     """
-    from .compiler import CompiledGrammar
-
     schema = _normalise(schema)
-    key = (json.dumps(schema, sort_keys=True, default=str), id(info), lenient)
+    key = (json.dumps(schema, sort_keys=True, default=str), id(info), lenient, additional_properties)
     if cache and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    comp = SchemaCompiler(schema, lenient)
-    text = comp.lark()
-    try:
-        g = CompiledGrammar(text, info, source="<json schema>", max_states=max_states)
-    except GrammarError as e:
-        where = comp.w.where_of(str(e))
-        if where is None:
-            raise
-        raise GrammarError(f"schema near {where}: alternatives overlap or are ambiguous ({e})") from None
+    comp = SchemaCompiler(schema, lenient, additional_properties)
+    with deadline(max_seconds, "schema"):
+        text = comp.lark()  # its errors name the keyword and pointer
+        try:
+            g = CompiledGrammar(text, info, source="<json schema>", max_states=max_states, glr=True)
+        except GrammarError as e:
+            where = comp.w.where_of(str(e))
+            if where is None:
+                raise
+            raise GrammarError(f"schema near {where}: {e}") from None
+    g.not_enforced = tuple(dict.fromkeys(comp.not_enforced))
     if cache:
         _CACHE[key] = g
         if len(_CACHE) > 64:

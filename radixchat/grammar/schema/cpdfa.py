@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .regex import EMPTY, Node, Ranges, alt, cat, negate, norm, rep
+from ..regex import EMPTY, Node, Ranges, alt, cat, negate, norm, rep
 
 _NONE = None  # "no path" in the elimination table
 

@@ -18,24 +18,27 @@ from __future__ import annotations
 import json
 import re
 
+from .. import regex as rx
+from ..dfa import compile_regex, product
+from ..errors import GrammarError
 from . import json_terminals as jt
-from . import regex as rx
-from .dfa import compile_regex, product
-from .errors import GrammarError
+
+NOT_ALL = "x-radixchat-not-all"  # see json_schema.SchemaCompiler.exclusive
 
 MAX_UNROLL = 2000
+MAX_TRACKED = 10  # names tracked for oneOf narrowing (2**n rule variants at worst)
 
 
 def _esc(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-def _pair(comp, key: str, vsym: str) -> str:
+def _pair(comp, key: str, vsym: str, path: str) -> str:
     pairs = comp.pairs
     got = pairs.get((key, vsym))
     if got is None:
         kt = comp.w.terminal(rx.to_regex(jt.exact_string(key)), "K")
-        got = pairs[(key, vsym)] = comp.w.new_rule("p", f"(property {key!r})")
+        got = pairs[(key, vsym)] = comp.w.new_rule("p", f"#{path}/properties/{_esc(key)}")
         comp.w.rule(got, [[kt, '":"', vsym]])
     return got
 
@@ -53,7 +56,7 @@ def _string_regex(comp, schema, path: str):
 def object_shape(comp, schema: dict, path: str, sh) -> None:
     props = schema.get("properties") or {}
     required = list(schema.get("required") or [])
-    addl = schema.get("additionalProperties", False)
+    addl = schema.get("additionalProperties", comp.default_additional(schema))
     pattern_props = schema.get("patternProperties") or {}
     minp = int(schema.get("minProperties", 0))
     maxp = schema.get("maxProperties")
@@ -111,10 +114,19 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
         if vsym is not None:
             body = rx.parse(jt.KEY_STRING_RE)
             extras.append((_key_terminal(comp, body, excluded, names_ast), vsym))
+    # oneOf narrowing (json_schema.SchemaCompiler.exclusive): sets of declared names not all present.
+    index = {name: k for k, (name, _, _) in enumerate(entries)}
+    not_all = []
+    for names in schema.get(NOT_ALL, []):
+        if any(nm not in index for nm in names):
+            continue  # a name this object never writes: the set can never be complete
+        not_all.append(sum(1 << index[nm] for nm in set(names)))
+    if len({b for m in not_all for b in range(len(entries)) if m >> b & 1}) > MAX_TRACKED:
+        raise GrammarError(f"oneOf near #{path}: too many properties to tell the branches apart")
     empty_ok = minp == 0 and not any(req for _, _, req in entries) and (maxp is None or maxp >= 0)
-    if empty_ok:
+    if empty_ok and 0 not in not_all:
         sh.empty_object = True
-    sym = _object_rules(comp, path, entries, extras, max(minp, 1), maxp)
+    sym = _object_rules(comp, path, entries, extras, max(minp, 1), maxp, not_all)
     if sym is not None:
         sh.objects.append(sym)
 
@@ -134,7 +146,9 @@ def _key_terminal(comp, body, excluded: list, names_ast) -> str:
     return comp.w.terminal(rx.to_regex(rx.cat(*looks, body)), "K")
 
 
-def _object_rules(comp, path: str, entries, extras, minp: int, maxp: int | None) -> str | None:
+def _object_rules(
+    comp, path: str, entries, extras, minp: int, maxp: int | None, not_all: list[int]
+) -> str | None:
     w = comp.w
     base = w.new_rule("o", f"#{path}")
     n = len(entries)
@@ -178,22 +192,27 @@ def _object_rules(comp, path: str, entries, extras, minp: int, maxp: int | None)
         w.rule(name, alts)
         return name
 
-    def S(i: int, c: int) -> str | None:
+    tracked = 0
+    for m in not_all:
+        tracked |= m
+
+    def S(i: int, c: int, seen: int = 0) -> str | None:
+        """Before declared property i, after c members; ``seen``: the tracked names written so far."""
         if i == n:
-            return tail(c)
-        key = (i, c)
+            return None if any(m & seen == m for m in not_all) else tail(c)
+        key = (i, c, seen)
         if key in memo:
             return memo[key]
-        name = f"{base}_{i}_{c}"
+        name = f"{base}_{i}_{c}" + (f"_s{seen}" if not_all else "")
         memo[key] = name
         key_name, vsym, req = entries[i]
         alts: list[list[str]] = []
         if maxp is None or c + 1 <= maxp:
-            rest = S(i + 1, nxt_count(c))
+            rest = S(i + 1, nxt_count(c), seen | (tracked & (1 << i)))
             if rest is not None:
-                alts.append((['","'] if c > 0 else []) + [_pair(comp, key_name, vsym), rest])
+                alts.append((['","'] if c > 0 else []) + [_pair(comp, key_name, vsym, path), rest])
         if not req:
-            rest = S(i + 1, c)
+            rest = S(i + 1, c, seen)
             if rest is not None:
                 alts.append([rest])
         if not alts:
@@ -271,7 +290,7 @@ def literal_structure(comp, v, path: str, sh) -> None:
         for i, (k, val) in enumerate(v.items()):
             if i:
                 parts.append('","')
-            parts.append(_pair(comp, k, comp.emit(comp.literal_shape(val, path), path)))
+            parts.append(_pair(comp, k, comp.emit(comp.literal_shape(val, path), path), path))
         parts.append('"}"')
         name = w.new_rule("c", f"#{path}")
         w.rule(name, [parts])

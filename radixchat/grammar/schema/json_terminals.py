@@ -20,11 +20,11 @@ from decimal import Decimal
 
 import numpy as np
 
-from . import regex as rx
+from .. import regex as rx
+from ..dfa import ByteDFA, finish, product
+from ..errors import GrammarError
+from ..regex import MAX_CP, Node, Ranges, alt, cat, lit, negate, norm, rep
 from .cpdfa import CodepointDFA
-from .dfa import ByteDFA, finish, product
-from .errors import GrammarError
-from .regex import MAX_CP, Node, Ranges, alt, cat, lit, negate, norm, rep
 
 HEX = "0123456789abcdefABCDEF"
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
@@ -254,6 +254,16 @@ _EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_HOSTNAME}"
 # are left out, so "[" and "]" never appear.
 _PCHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})"
 _URI = rf"[A-Za-z][A-Za-z0-9+.\-]*:{_PCHAR}*(?:#{_PCHAR}*)?"
+# A relative reference (RFC 3986 4.2) without an authority ("//host" refs are left out): a first segment
+# without ":" (so it cannot read as a scheme) or an absolute path, then an optional query and fragment.
+_SEG = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})"
+_SEG_NC = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|%[0-9A-Fa-f]{2})"
+_QUERY = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})"
+_RELATIVE = rf"(?:{_SEG_NC}+(?:/{_SEG}*)*|/(?:{_SEG}+(?:/{_SEG}*)*)?)?(?:\?{_QUERY}*)?(?:#{_QUERY}*)?"
+_POINTER = r"(?:/(?:[^/~]|~[01])*)*"
+# RFC 3339 appendix A (ISO 8601 durations).
+_DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
+_DUR_DATE = rf"(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:{_DUR_TIME})?"
 
 FORMATS: dict[str, str] = {
     "date": _DATE,
@@ -265,7 +275,13 @@ FORMATS: dict[str, str] = {
     "ipv6": rf"(?:{_IPV6})",
     "hostname": _HOSTNAME,
     "uri": _URI,
+    "uri-reference": rf"(?:{_URI}|{_RELATIVE})",
+    "json-pointer": _POINTER,
+    "relative-json-pointer": rf"(?:0|[1-9][0-9]*)(?:#|{_POINTER})",
+    "duration": rf"P(?:{_DUR_DATE}|{_DUR_TIME}|[0-9]+W)",
 }
+#: Standard formats that validators check but the grammar does not: strict schemas refuse them.
+UNENFORCED_FORMATS = frozenset({"regex", "iri", "iri-reference", "idn-email", "idn-hostname", "uri-template"})
 
 
 @functools.cache

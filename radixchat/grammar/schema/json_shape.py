@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .errors import GrammarError
+from ..errors import GrammarError
 
 ALL_TYPES = ("object", "array", "string", "number", "boolean", "null")
 

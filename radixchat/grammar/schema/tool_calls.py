@@ -21,32 +21,19 @@ One or more blocks, separated by whitespace. ``name`` comes first and must be a 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-from typing import Any, NamedTuple, TypedDict
 
+from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN, ToolCall, ToolCallParse, parse_tool_calls
+
+from .. import regex as rx
+from ..compiler import CompiledGrammar
+from ..errors import GrammarError
 from . import json_terminals as jt
-from . import regex as rx
-from .errors import GrammarError
 from .json_schema import SchemaCompiler
 from .lark_text import LarkWriter
 
-TOOL_OPEN = "<tool_call>"
-TOOL_CLOSE = "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-
-
-class ToolCall(TypedDict):
-    name: str
-    arguments: Any
-
-
-class ToolCallParse(NamedTuple):
-    """What a reply said: its plain text part and its tool calls."""
-
-    content: str
-    calls: list[ToolCall]
+# The format itself (and its parser) lives in radixchat.tool_format; re-exported for grammar's users.
+__all__ = ["ToolCall", "ToolCallParse", "compile_tool_call_grammar", "parse_tool_calls", "tool_call_lark"]
 
 
 def _text_terminal() -> str:
@@ -135,31 +122,5 @@ def compile_tool_call_grammar(
 ):
     """Compile the tool-call grammar for the declared ``tools`` (OpenAI-style dicts or plain
     ``{"name", "description", "parameters"}``). See the module docstring for ``tool_choice``."""
-    from .compiler import CompiledGrammar
-
     text = tool_call_lark(tools, tool_choice, lenient=lenient, parallel=parallel)
-    return CompiledGrammar(text, info, source="<tool calls>")
-
-
-def parse_tool_calls(text: str) -> ToolCallParse:
-    """Split a reply into its text and its ``<tool_call>`` blocks. Blocks whose JSON does not parse
-    or lacks a name stay in the text."""
-    calls: list[ToolCall] = []
-    kept: list[str] = []
-    pos = 0
-    for m in _BLOCK.finditer(text):
-        try:
-            obj = json.loads(m.group(1))
-        except ValueError:
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            continue
-        args = obj.get("arguments", {})
-        if isinstance(args, str):
-            with contextlib.suppress(ValueError):
-                args = json.loads(args)
-        calls.append({"name": obj["name"], "arguments": args})
-        kept.append(text[pos : m.start()])
-        pos = m.end()
-    kept.append(text[pos:])
-    return ToolCallParse("".join(kept).strip(), calls)
+    return CompiledGrammar(text, info, source="<tool calls>", glr=True)

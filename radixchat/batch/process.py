@@ -1,0 +1,110 @@
+"""The batch process: check the input and targets, load the backend, run every line, and end with the
+right exit code whatever happens (Ctrl-C and SIGTERM save what completed; a broken output stops the run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+
+from radixchat.batch.input import Job, check_session_names, parse_lines, read_input
+from radixchat.batch.options import BatchOptions
+from radixchat.batch.output import Progress, Writer, check_targets, close_output, open_output, summary
+from radixchat.batch.runner import BatchRunner
+from radixchat.chat.backend import ChatBackend
+from radixchat.chat.loading import load_backend
+from radixchat.chat.tools import ToolRegistry
+from radixchat.config import Settings
+from radixchat.errors import RadixchatError
+from radixchat.exit_codes import ExitCode, signal_exit_code
+
+
+def run_batch(settings: Settings, options: BatchOptions) -> int:
+    """Entry point from the CLI. ModelLoadError propagates (exit 3)."""
+    try:
+        text = read_input(options.source)
+        registry = ToolRegistry.from_config(settings.tools)
+        allow = options.allow_tools
+        unknown = sorted(n for n in allow if n not in registry.tools or registry.tools[n].builtin)
+        if unknown:
+            raise RadixchatError(f"--allow-tools: {unknown[0]!r} is not a user tool from the config file")
+    except RadixchatError as exc:
+        print(f"radixchat: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    jobs = parse_lines(text)
+    if not jobs:
+        print("radixchat: the batch input has no conversations", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        check_targets(options)
+    except RadixchatError as exc:
+        print(f"radixchat: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    if options.save_sessions is not None:
+        check_session_names(jobs, options.save_sessions)
+    return asyncio.run(_run_all(settings, jobs, options))
+
+
+async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -> int:
+    started = time.perf_counter()
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    stopped_by: int | None = None  # the signal number, or 0 when the output broke
+
+    def stop(signum: int) -> None:
+        nonlocal stopped_by
+        if stopped_by is None:
+            stopped_by = signum
+            main.cancel()
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop, signum)
+    backend = out = None
+    try:
+        backend = await open_backend(settings)
+        out = open_output(options.output)  # only now: a model that fails to load leaves the file as it was
+        writer = Writer(out, jobs, options.ordered, on_error=lambda: stop(0))
+        progress = Progress(sum(len(j.spec.turns) for j in jobs if j.spec))
+        runner = BatchRunner(backend, settings, writer, progress, options.save_sessions, options.allow_tools)
+        try:
+            await asyncio.gather(*(runner.run_job(j) for j in jobs))
+        finally:
+            progress.close()
+    except asyncio.CancelledError:
+        if stopped_by is None:
+            raise
+    finally:
+        for signum in signals:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signum)
+        if backend is not None:
+            await backend.aclose()
+        if out is not None:
+            if stopped_by:
+                writer.flush_all()
+            close_output(out, writer)
+    if out is not None and writer.error is not None:
+        print(f"radixchat: cannot write the output: {writer.error.strerror or writer.error}", file=sys.stderr)
+        return ExitCode.FAILED
+    if stopped_by:
+        name = signal.Signals(stopped_by).name
+        print(f"radixchat: interrupted ({name}); completed turns were written", file=sys.stderr)
+        return signal_exit_code(stopped_by)
+    assert backend is not None
+    done = f"{len(jobs)} conversations, {runner.turns} turns, {summary(backend.totals(), started)}"
+    print(f"radixchat: {done}", file=sys.stderr)
+    return ExitCode.FAILED if any(j.failed for j in jobs) else ExitCode.OK
+
+
+async def open_backend(settings: Settings) -> ChatBackend:
+    """The in-process engine (loaded and started), or the remote server named by ``backend`` (its model
+    checked). Failures raise ModelLoadError (exit 3)."""
+    backend = await asyncio.to_thread(load_backend, settings)
+    await backend.start()
+    return backend

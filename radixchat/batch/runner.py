@@ -1,0 +1,188 @@
+"""Running the conversations of a batch: each line's plan (from the line, its saved session and the
+settings), its turns in order through the backend, and its session saved at the end (or when stopped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from radixchat.batch.input import BatchLine, Job, id_note
+from radixchat.batch.output import Progress, Writer, record
+from radixchat.chat.backend import ChatBackend, TurnResult, grammar_for, sampling_params
+from radixchat.chat.conversation import Conversation
+from radixchat.chat.schema_check import schema_errors
+from radixchat.chat.session import SamplingSettings, conversation_from_session, load_session
+from radixchat.chat.session_state import SessionState, ToolChoice
+from radixchat.chat.tool_turn import ToolTurn, run_tool_turn
+from radixchat.chat.tools import Tool, ToolRegistry, allow_listed
+from radixchat.config import Settings
+from radixchat.errors import RadixchatError
+from radixchat.sampling import SamplingParams
+
+
+@dataclass(kw_only=True)
+class Plan(SessionState):
+    """How one conversation runs: its session's fields (what ``--save-sessions`` writes), resolved from
+    its line, its saved session and the settings, plus what running it needs."""
+
+    conv: Conversation
+    params: SamplingParams
+    tools: list[Tool] = field(default_factory=list)  # the offered tools (tool mode)
+    # The tool_choice the turns run with: the line's, else "auto". (The saved file keeps the continued
+    # session's own, as ``tool_choice``.)
+    run_tool_choice: ToolChoice = "auto"
+    # The line's "schema_mode" is "lenient": keywords the grammar cannot enforce are checked on each
+    # finished reply instead ("schema_errors").
+    lenient: bool = False
+
+
+class BatchRunner:
+    """Runs jobs (each one conversation, its turns in order) and writes their records as turns finish."""
+
+    def __init__(
+        self,
+        backend: ChatBackend,
+        settings: Settings,
+        writer: Writer,
+        progress: Progress,
+        save_dir: Path | None,
+        allow_tools: frozenset[str] = frozenset(),
+    ) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.writer = writer
+        self.progress = progress
+        self.save_dir = save_dir
+        self.registry = ToolRegistry.from_config(settings.tools)
+        self.consent = allow_listed(set(allow_tools))
+        self.turns = 0
+
+    async def run_job(self, job: Job) -> None:
+        try:
+            await self._run(job)
+        finally:
+            self.writer.finish(job)
+
+    async def _plan(self, spec: BatchLine) -> Plan:
+        backend = self.backend
+        saved = None
+        if spec.session is not None:
+            saved = load_session(Path(spec.session), expect_model=backend.model_name)
+            conv = conversation_from_session(saved, backend.fmt, backend.model_name)
+        else:
+            system = spec.system if spec.system is not None else self.settings.system_prompt
+            conv = backend.new_conversation(system=system)
+        mode = saved.mode if saved is not None and "mode" not in spec.model_fields_set else spec.mode
+        # A continued session keeps its sampling settings; the line's own values win over them.
+        kept = saved.sampling.model_dump() if saved is not None else {}
+        given = {n: getattr(spec, n) for n in SamplingSettings.model_fields if getattr(spec, n) is not None}
+        sampling = SamplingSettings(**{**kept, **given})
+        plan = Plan(
+            conv=conv,
+            params=sampling_params(self.settings, stop=spec.stop or (), **sampling.model_dump()),
+            model=backend.model_name,
+            mode=mode,
+            sampling=sampling,
+            base=saved,
+            tool_names=[],
+        )
+        if saved is not None:
+            plan.tool_ctx.notes = saved.notes
+            plan.tool_choice = saved.tool_choice
+        if mode == "json":
+            plan.schema = (
+                spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
+            )
+            plan.lenient = spec.schema_mode == "lenient"
+        if mode == "tool":
+            names = (
+                spec.tools if spec.tools is not None else (saved.tools or None if saved is not None else None)
+            )
+            plan.tools = self.registry.select(names)
+            plan.tool_names = [t.name for t in plan.tools]
+            plan.run_tool_choice = spec.tool_choice if spec.tool_choice is not None else "auto"
+        # Compiling checks the schema / tools before any turn runs; each turn gets a fresh matcher.
+        decls = [t.schema() for t in plan.tools] or None
+        await asyncio.to_thread(
+            grammar_for, backend, mode, plan.schema, decls, plan.run_tool_choice, plan.lenient
+        )
+        return plan
+
+    async def _run(self, job: Job) -> None:
+        spec = job.spec
+        if spec is None:
+            job.failed = True
+            self.writer.add(job, record(job, None, error=job.error))
+            return
+        try:
+            plan = await self._plan(spec)
+        except RadixchatError as exc:
+            job.failed = True
+            self.writer.add(job, record(job, None, error=f"line {job.line}{id_note(job)}: {exc}"))
+            return
+        kept, written = len(plan.conv.messages), 0  # messages and records of the completed turns
+        try:
+            for turn, text in enumerate(spec.turns):
+                try:
+                    result, tool_turn = await self._turn(plan, text)
+                except RadixchatError as exc:
+                    job.failed = True
+                    self.writer.add(
+                        job, record(job, turn, error=f"line {job.line}{id_note(job)} turn {turn}: {exc}")
+                    )
+                    break
+                self.turns += 1
+                self.progress.turn_done()
+                if result.finish_reason == "error":
+                    job.failed = True
+                errors = None
+                if plan.mode == "json" and result.finish_reason != "error":
+                    errors = schema_errors(plan.schema, result.message.content)
+                self.writer.add(job, record(job, turn, result, tool_turn=tool_turn, schema_errors=errors))
+                written += 1
+                if result.finish_reason == "error":
+                    break  # the failed turn is in the record, not in the session to continue
+                kept = len(plan.conv.messages)
+                if result.finish_reason == "cancelled":
+                    break
+        except asyncio.CancelledError:
+            # Interrupted: the turns already written are saved too, without the one in flight.
+            if self.save_dir is not None and written:
+                plan.conv = plan.conv.truncated(kept)
+                self._save(job, spec, plan)
+            raise
+        if self.save_dir is not None:
+            plan.conv = plan.conv.truncated(kept)  # without a failed turn (its user message included)
+            self._save(job, spec, plan)
+
+    async def _turn(self, plan: Plan, text: str) -> tuple[TurnResult, ToolTurn | None]:
+        if plan.mode == "tool":
+            tool_turn = await run_tool_turn(
+                self.backend,
+                plan.conv,
+                text,
+                plan.params,
+                plan.tools,
+                self.registry,
+                plan.tool_ctx,
+                self.consent,
+                tool_choice=plan.run_tool_choice,
+                max_rounds=self.settings.max_tool_rounds,
+            )
+            return tool_turn.final, tool_turn
+        plan.conv.add_user(text)
+        grammar = await asyncio.to_thread(
+            grammar_for, self.backend, plan.mode, plan.schema, lenient=plan.lenient
+        )
+        return await self.backend.reply(plan.conv, plan.params, grammar).result(), None
+
+    def _save(self, job: Job, spec: BatchLine, plan: Plan) -> None:
+        name = str(spec.id)
+        try:
+            plan.write(plan.session_file(plan.conv, name), self.save_dir)
+        except OSError as exc:
+            job.failed = True
+            print(f"radixchat: cannot save session {name!r}: {exc}", file=sys.stderr)

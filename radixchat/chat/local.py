@@ -1,0 +1,258 @@
+"""Chat over the in-process engine: the one chat module that imports the engine (and so torch).
+
+``LocalBackend`` implements ``ChatBackend``: replies are engine requests over the conversation's exact
+token ids, constraints are grammar matchers compiled for the engine's tokenizer, and the panels get the
+engine's live stats and cache tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import warnings
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from radixchat.chat.backend import ChatBackend, TurnResult
+from radixchat.chat.conversation import ChatFormat, Conversation
+from radixchat.chat.modes import Mode, ModeError
+from radixchat.chat.usage import UsageTotals
+from radixchat.engine import (
+    Engine,
+    EngineStats,
+    FinishEvent,
+    RequestHandle,
+    SamplingParams,
+    TokenEvent,
+    TokenMatcher,
+)
+
+if TYPE_CHECKING:
+    from radixchat.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+class GrammarService:
+    """Compiles grammars for one tokenizer; matchers are per reply, compiled grammars are cached.
+
+    With a ``cache_dir``, the tokenizer's context-independent mask cache (which grows as grammars
+    visit new lexer states) is loaded from ``<cache_dir>/grammar/masks-<vocabulary>.npz`` and saved back
+    by ``save()``, so a machine warms it once rather than every run.
+    """
+
+    def __init__(
+        self, tokenizer: Any, vocab_size: int, eos_ids: frozenset[int], cache_dir: Path | None = None
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._vocab_size = vocab_size
+        self._eos_ids = eos_ids
+        self._cache_dir = cache_dir
+        self._info: Any = None
+        self._loaded_states = 0
+        self._lock = threading.Lock()
+
+    @property
+    def info(self) -> Any:
+        from radixchat.grammar import TokenizerInfo
+
+        with self._lock:
+            if self._info is None:
+                self._info = TokenizerInfo.from_tokenizer(
+                    self._tokenizer, vocab_size=self._vocab_size, eos_ids=sorted(self._eos_ids)
+                )
+                path = self._cache_file()
+                if path is not None and path.is_file():
+                    try:
+                        self._info.load_cache(path)
+                    except Exception as exc:  # a stale or damaged cache only costs warm-up time
+                        log.warning("ignoring the grammar mask cache %s: %s", path, exc)
+                self._loaded_states = self._info.cached_states
+            return self._info
+
+    def _cache_file(self) -> Path | None:
+        if self._cache_dir is None or self._info is None:
+            return None
+        return Path(self._cache_dir) / "grammar" / f"masks-{self._info.fingerprint}.npz"
+
+    def save(self) -> None:
+        """Write the mask cache back if grammars reached new states since it was loaded (atomic)."""
+        with self._lock:
+            path = self._cache_file()
+            if path is None or self._info.cached_states <= self._loaded_states:
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+            try:
+                self._info.save_cache(tmp)
+                os.replace(tmp, path)
+                self._loaded_states = self._info.cached_states
+            except OSError as exc:
+                log.warning("cannot save the grammar mask cache %s: %s", path, exc)
+                tmp.unlink(missing_ok=True)
+
+    def matcher(
+        self,
+        mode: Mode,
+        schema: Any = None,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict = "auto",
+        lenient: bool = False,
+    ) -> Any:
+        from radixchat.grammar import (
+            GrammarError,
+            GrammarWarning,
+            compile_json_schema,
+            compile_tool_call_grammar,
+        )
+
+        try:
+            if mode == "json":
+                with warnings.catch_warnings():  # lenient: what it ignores is the grammar's not_enforced
+                    warnings.simplefilter("ignore", GrammarWarning)
+                    return compile_json_schema(schema, self.info, lenient=lenient).matcher()
+            if mode == "tool":
+                if not tools:
+                    raise ModeError("tool mode needs at least one declared tool")
+                grammar = compile_tool_call_grammar(
+                    tools, self.info, tool_choice=tool_choice, lenient=lenient
+                )
+                return grammar.matcher()
+        except GrammarError as exc:
+            raise ModeError(f"{mode} mode: {exc}") from None
+        raise ModeError(f"unknown mode '{mode}'")
+
+
+class LocalReply:
+    """One streaming reply from the in-process engine."""
+
+    def __init__(self, backend: LocalBackend, conv: Conversation, handle: RequestHandle) -> None:
+        self._backend = backend
+        self._conv = conv
+        self._handle = handle
+        self._ids: list[int] = []
+        self._text: list[str] = []
+        self._result: TurnResult | None = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._stream()
+
+    async def _stream(self) -> AsyncIterator[str]:
+        async for ev in self._handle:
+            if isinstance(ev, TokenEvent):
+                self._ids.append(ev.token_id)
+            if ev.text:
+                self._text.append(ev.text)
+                yield ev.text
+            if isinstance(ev, FinishEvent):
+                self._finish(ev)
+
+    def _finish(self, ev: FinishEvent) -> None:
+        text = "".join(self._text)
+        reason = ev.reason.value
+        ttft_ms = ev.ttft_s * 1000 if ev.ttft_s is not None else None
+        self._conv.add_assistant(
+            text,
+            self._ids,
+            reason,
+            usage=ev.usage.as_dict(),
+            ttft_ms=ttft_ms,
+            decode_tokens_per_s=ev.decode_tokens_per_s,
+        )
+        u = ev.usage
+        self._result = TurnResult(
+            self._conv.messages[-1],
+            reason,
+            u.prompt_tokens,
+            u.cached_tokens,
+            u.completion_tokens,
+            ttft_ms,
+            ev.decode_tokens_per_s,
+            ev.error,
+        )
+        self._backend.replies += 1
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    async def result(self) -> TurnResult:
+        if self._result is None:
+            async for _ in self:
+                pass
+        assert self._result is not None
+        return self._result
+
+
+class LocalBackend(ChatBackend):
+    """Chat over the in-process engine."""
+
+    def __init__(self, engine: Engine, cache_dir: Path | None = None) -> None:
+        self.engine = engine
+        self.model_name = engine.model_name
+        self.fmt = ChatFormat(engine.tokenizer)
+        loaded = engine.loaded
+        self.grammars = GrammarService(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids, cache_dir)
+        self.replies = 0  # replies finished (the engine counts requests, warm-ups included)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, progress: Callable[[str], None] | None = None) -> LocalBackend:
+        """Load the model ``settings`` name and build its engine (blocking: run it in a thread)."""
+        return cls(Engine.from_settings(settings, progress=progress), cache_dir=settings.cache_dir)
+
+    async def start(self) -> None:
+        await self.engine.start()
+
+    def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
+        return Conversation(self.fmt, system=system, tools=tools)
+
+    def constraint(
+        self,
+        mode: Mode,
+        *,
+        schema: Any = None,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict = "auto",
+        lenient: bool = False,
+    ) -> TokenMatcher:
+        """A fresh grammar matcher for one reply in ``mode`` (see ``backend.grammar_for``). Compiled on the
+        engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
+        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice, lenient)
+
+    def reply(
+        self, conv: Conversation, params: SamplingParams, constraint: TokenMatcher | None = None
+    ) -> LocalReply:
+        """Start generating the reply to the conversation's last message (raises RequestError).
+
+        ``constraint`` is the grammar matcher from ``constraint()`` (a matcher for this engine)."""
+        handle = self.engine.submit(conv.prompt_ids(), params, constraint)
+        return LocalReply(self, conv, handle)
+
+    def warm(self, ids: Sequence[int]) -> None:
+        if len(ids) > 1:
+            self.engine.prefill(ids)
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def cached_path(self, ids: Sequence[int]) -> list[int]:
+        return self.engine.cached_path(ids)
+
+    def totals(self) -> UsageTotals:
+        """From the engine's counters (warm-up prefills included, as they use the cache too)."""
+        s = self.engine.stats(tree=False)
+        return UsageTotals(
+            turns=self.replies,
+            prompt_tokens=s.prompt_tokens,
+            cached_tokens=s.cached_tokens,
+            completion_tokens=s.generated_tokens,
+            cache_reports=self.replies,
+            hit_rate=s.hit_rate,
+        )
+
+    async def aclose(self) -> None:
+        """Stop the engine and keep what the grammars learned for the next run."""
+        await self.engine.stop()
+        await asyncio.to_thread(self.grammars.save)

@@ -1,0 +1,77 @@
+"""The ``<tool_call>`` format: how a reply in tool mode writes its calls (Hermes / Qwen style).
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+One or more blocks, separated by whitespace. The grammar layer constrains replies to it
+(``radixchat.grammar.schema.tool_calls``), the chat layer runs the calls it finds, and the app shows them
+as call blocks. All three read it from here: this module needs only the standard library (no torch, no
+grammar engine), so the remote path and the app can parse calls without loading either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from typing import Any, NamedTuple, TypedDict
+
+TOOL_OPEN = "<tool_call>"
+TOOL_CLOSE = "</tool_call>"
+TOOL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+class ToolCall(TypedDict):
+    name: str
+    arguments: Any
+
+
+class ToolCallParse(NamedTuple):
+    """What a reply said: its plain text part and its tool calls."""
+
+    content: str
+    calls: list[ToolCall]
+
+
+def _call(block: str) -> ToolCall | None:
+    """The call a block's JSON makes, or None when it is not one (the block then stays in the text).
+    ``arguments`` given as a JSON string (as some models write them) are decoded when they parse."""
+    try:
+        obj = json.loads(block)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", {})
+    if isinstance(args, str):
+        with contextlib.suppress(ValueError):
+            args = json.loads(args)
+    return {"name": obj["name"], "arguments": args}
+
+
+def parse_tool_calls(text: str) -> ToolCallParse:
+    """Split a reply into its text and its ``<tool_call>`` blocks. Blocks whose JSON does not parse or
+    lacks a name stay in the text."""
+    calls: list[ToolCall] = []
+    kept: list[str] = []
+    pos = 0
+    for m in TOOL_BLOCK.finditer(text):
+        call = _call(m.group(1))
+        if call is None:
+            continue
+        calls.append(call)
+        kept.append(text[pos : m.start()])
+        pos = m.end()
+    kept.append(text[pos:])
+    return ToolCallParse("".join(kept).strip(), calls)
+
+
+def strip_tool_calls(text: str) -> str:
+    """``text`` without its ``<tool_call>`` blocks (what the reply said besides calling)."""
+    return parse_tool_calls(text).content
+
+
+def tool_call_dicts(text: str) -> list[dict[str, Any]]:
+    """The calls in ``text`` as plain ``{"name", "arguments"}`` dicts (as messages store them)."""
+    return [dict(c) for c in parse_tool_calls(text).calls]

@@ -1,0 +1,394 @@
+"""The chat screen: the conversation, its transcript, and the reply in flight.
+
+The app (``radixchat.tui.app``) holds the settings, loads the backend and tells this screen when it is
+ready (``backend_ready``); everything about the conversation happens here. A reply streams in a worker on
+the event loop (the model runs in the engine's thread, or on a server); Esc cancels it and what was
+generated is kept: the turns (send, regenerate, edit, stop) are ``TurnControl``'s, which holds the reply
+in flight. Each finished turn is saved (``SessionKeeper``); the session actions (save as, open, new chat,
+export, the per-session settings) are ``SessionControl``'s; lenient JSON mode is ``tui/lenient.py``'s.
+The side panel shows ``backend.stats()`` and ``backend.cached_path()`` (or ``backend.totals()`` for a
+backend without an engine), refreshed on the app's timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.events import Resize
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from radixchat.chat.backend import ChatBackend, Constraint, grammar_for
+from radixchat.chat.modes import MODES, Mode, ModeError
+from radixchat.chat.session import SessionFile
+from radixchat.chat.tools import Tool
+from radixchat.config import Settings
+from radixchat.tui.in_flight import ReplyInFlight
+from radixchat.tui.lenient import check_reply, lenient_notice, offer_lenient
+from radixchat.tui.messages import (
+    ChatShown,
+    EditRequested,
+    PromptSubmitted,
+    RegenerateRequested,
+    TurnFinished,
+)
+from radixchat.tui.screens.branches import BranchesScreen
+from radixchat.tui.screens.schema import SchemaScreen
+from radixchat.tui.session_control import SessionControl
+from radixchat.tui.session_store import SessionKeeper
+from radixchat.tui.state import ChatState, display_messages
+from radixchat.tui.tools import build_registry, choice_label, offered
+from radixchat.tui.turn_control import TurnControl
+from radixchat.tui.widgets.assistant_message import AssistantMessage
+from radixchat.tui.widgets.prompt import PromptHistory, PromptInput
+from radixchat.tui.widgets.side_panel import SidePanel
+from radixchat.tui.widgets.status_bar import StatusBar, StatusInfo
+from radixchat.tui.widgets.transcript import Transcript
+from radixchat.tui.widgets.welcome import Welcome
+
+NARROW = 110  # columns below which the side panel hides itself
+MIN_PANELS = 80  # columns below which it cannot be shown at all (it is 44 wide; the chat needs the rest)
+
+
+class ChatScreen(Screen[None]):
+    CSS_PATH = "chat.tcss"
+    BINDINGS = [
+        Binding("f1", "app.help", "Help", id="help"),
+        Binding("escape", "stop", "Stop", id="stop"),
+        Binding("ctrl+t", "cycle_mode", "Mode", id="mode.cycle"),
+        Binding("f4", "mode_input", "Schema/tools", id="mode.input", show=False),
+        Binding("ctrl+r", "regenerate", "Regenerate", id="regenerate"),
+        Binding("ctrl+n", "new_chat", "New chat", id="new", show=False),
+        Binding("ctrl+s", "save", "Save", id="session.save"),
+        Binding("ctrl+o", "sessions", "Sessions", id="session.open"),
+        Binding("ctrl+b", "toggle_panels", "Panels", id="panels"),
+        Binding("f2", "settings", "Settings", id="settings", show=False),
+        Binding("f3", "branches", "Branches", id="branches", show=False),
+        # Not Ctrl+Y: the prompt (a TextArea) takes it for redo, so it did nothing there.
+        Binding("ctrl+g", "copy_last", "Copy reply", id="copy.last", show=False),
+    ]
+
+    def __init__(self, settings: Settings, session: SessionFile | str | None = None) -> None:
+        super().__init__()
+        self.settings = settings
+        self.backend: ChatBackend | None = None  # set by the app once loaded and started
+        self.state = ChatState(model=settings.model, system_prompt=settings.system_prompt)
+        self.keeper = SessionKeeper(self.state, Path(settings.sessions_dir))
+        self.sessions = SessionControl(self)
+        self.registry, self.tools_problem = build_registry(settings)
+        self.mode_problem: str | None = None
+        self.load_status = "loading the model…"
+        self.load_failed = False
+        self.turns = TurnControl(self)
+        self.turns_finished = 0  # replies fully handled (rendered, autosaved)
+        self.pending_session: SessionFile | None = session if isinstance(session, SessionFile) else None
+        if isinstance(session, str):  # a name with no file yet: a new session by that name
+            self.state.session_name = session
+        self._panels_on: bool | None = None  # None: automatic (by width)
+        self._narrow: bool | None = None
+
+    # -- layout -------------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            with Vertical(id="chat"):
+                yield Transcript(id="transcript")
+                yield StatusBar(id="status")
+                yield PromptInput(
+                    PromptHistory(), id="prompt", placeholder="Message (Enter sends, Ctrl+J newline)"
+                )
+            yield SidePanel(id="side")
+        yield Footer(compact=True)
+
+    async def on_mount(self) -> None:
+        pending = self.pending_session
+        messages = display_messages(pending) if pending else []
+        if pending:
+            self.state.adopt(pending)
+            self.prompt.prompts = PromptHistory([m.content for m in messages if m.role == "user"])
+        await self.transcript.show(messages, self.welcome())
+        self.prompt.focus()
+        self.update_status()
+        self.post_message(ChatShown())
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one(Transcript)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    def welcome(self) -> Welcome:
+        """A fresh welcome panel (shown while the chat is empty)."""
+        model = self.backend.model_name if self.backend else self.settings.model
+        return Welcome(model, self.load_status, error=self.load_failed)
+
+    def set_load_status(self, text: str, error: bool = False) -> None:
+        self.load_status = text
+        for w in self.transcript.query(Welcome):
+            w.set_status(text, error)
+        self.update_status()
+
+    def update_status(self, activity: str | None = None) -> None:
+        bars = self.query(StatusBar)
+        if not bars:  # the app is closing (a reply can end after the widgets went)
+            return
+        s = self.state
+        if activity is None:
+            if self.backend is None:
+                activity = self.load_status
+            elif self.in_flight is not None:
+                activity = "generating… (Esc stops)"
+            elif s.editing is not None:
+                activity = f"editing message {s.editing} — Enter sends it as a new branch, Esc cancels"
+            elif s.mode == "json" and not self.mode_problem:
+                activity = ("schema set" if s.schema is not None else "any JSON") + " · F4 edits the schema"
+            elif s.mode == "tool" and not self.mode_problem:
+                n = len(self.offered_tools())
+                activity = f"{n} tool{'' if n == 1 else 's'} · tool_choice {choice_label(s.tool_choice)} · F4 chooses"
+            else:
+                activity = ""
+        model = self.backend.model_name if self.backend else self.settings.model
+        branch = (s.active + 1, max(len(s.branches), 1))
+        bars.first().show(StatusInfo(s.mode, self.mode_problem, model, s.session_name, branch, activity))
+
+    # -- the backend ----------------------------------------------------------------------------------------
+
+    async def backend_ready(self, backend: ChatBackend) -> None:
+        """The app loaded and started ``backend``: continue the pending session or start a chat."""
+        self.backend = backend
+        self.state.model = backend.model_name
+        self.set_load_status(f"ready · {backend.model_name}")
+        if self.pending_session is not None:
+            session, self.pending_session = self.pending_session, None
+            await self.open_session(session)
+        else:
+            self.state.reset(backend.new_conversation(system=self.state.system_prompt))
+        await self.probe_mode()
+        self.update_status()
+        self.refresh_panels()
+        await self.turns.send_queued()
+
+    def backend_failed(self, error: str) -> None:
+        self.load_failed = True
+        self.set_load_status(f"the model failed to load: {error} — Ctrl+Q quits", error=True)
+
+    # -- panels -------------------------------------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        narrow = event.size.width < NARROW
+        if narrow != self._narrow:
+            self._narrow, self._panels_on = narrow, None
+        self._layout_panels(event.size.width)
+
+    def _layout_panels(self, width: int | None = None) -> None:
+        on = self._panels_on if self._panels_on is not None else not self._narrow
+        self.query_one(SidePanel).display = on and (width or self.size.width) >= MIN_PANELS
+
+    def action_toggle_panels(self) -> None:
+        if not self.query_one(SidePanel).display and self.size.width < MIN_PANELS:
+            self.notify(f"The panels need a window at least {MIN_PANELS} columns wide.", title="Panels")
+            return
+        self._panels_on = not self.query_one(SidePanel).display
+        self._layout_panels()
+        self.refresh_panels()
+
+    def refresh_panels(self) -> None:
+        panel = self.query_one(SidePanel)
+        if self.backend is not None and panel.display and not panel.refreshing:
+            self.run_worker(self.refresh_panels_now(), group="panels", exit_on_error=False)
+
+    async def refresh_panels_now(self) -> None:
+        if self.backend is not None:
+            await self.query_one(SidePanel).refresh_from(self.backend, self.state)
+
+    # -- modes --------------------------------------------------------------------------------------------
+
+    async def action_set_mode(self, mode: Mode) -> None:
+        if mode not in MODES:
+            return
+        self.state.mode = mode
+        await self.probe_mode()
+        self.update_status()
+        if self.mode_problem and not self.offer_lenient(self.mode_problem):
+            self.notify(self.mode_problem, title=f"{mode} mode", severity="warning")
+        elif not self.mode_problem:
+            lenient_notice(self)
+
+    async def action_cycle_mode(self) -> None:
+        await self.action_set_mode(self.state.next_mode())
+
+    async def probe_mode(self) -> None:
+        """Ask the backend whether the mode can be used now, to show why not before a send."""
+        self.mode_problem = None
+        if self.backend is not None and self.state.mode != "chat":
+            result = await self.constraint()
+            self.mode_problem = result if isinstance(result, str) else None
+
+    async def constraint(self) -> Constraint | str:
+        """The constraint for the next reply (None: unconstrained) or the ModeError's message. In tool mode
+        this only checks the tools and tool_choice: the tool turn makes one per round."""
+        s = self.state
+        tools = self.tool_declarations() if s.mode == "tool" else None
+        try:
+            return await asyncio.to_thread(
+                grammar_for,
+                self.backend,
+                s.mode,
+                s.schema,
+                tools,
+                s.tool_choice,
+                s.lenient and s.mode == "json",
+            )
+        except ModeError as exc:
+            return str(exc)
+
+    def offer_lenient(self, problem: str) -> bool:
+        """Offer to run a schema that strict mode refused leniently (True: the user is asked)."""
+        return offer_lenient(self, problem)
+
+    def action_mode_input(self) -> None:
+        if self.state.mode == "json":
+            self.action_edit_schema()
+        else:
+            self.action_show_tools()
+
+    def action_edit_schema(self) -> None:
+        def done(result: tuple[Any] | None) -> None:
+            if result is not None:
+                self.state.schema, self.state.lenient = result[0], False
+                self.notify(
+                    "Replies follow the schema" if result[0] is not None else "Replies are any JSON",
+                    title="JSON mode",
+                )
+                self.run_worker(self.action_set_mode("json"))
+
+        self.app.push_screen(SchemaScreen(self.state.schema), done)
+
+    # -- tools --------------------------------------------------------------------------------------------
+
+    def offered_tools(self) -> list[Tool]:
+        return offered(self.registry, self.state.tool_names)
+
+    def tool_declarations(self) -> list[dict[str, Any]]:
+        return [t.schema() for t in self.offered_tools()]
+
+    def action_show_tools(self) -> None:
+        self.sessions.edit_tools()
+
+    # -- turns (``TurnControl``) ---------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> ReplyInFlight | None:
+        """The turn being generated (Esc stops it)."""
+        return self.turns.in_flight
+
+    @property
+    def reply_view(self) -> AssistantMessage | None:
+        """The message the reply in flight streams into (None between a tool turn's rounds)."""
+        return self.in_flight.view if self.in_flight is not None else None
+
+    async def on_prompt_submitted(self, event: PromptSubmitted) -> None:
+        if await self.turns.send(event.text):
+            self.prompt.accept(event.text)
+
+    async def on_turn_finished(self, event: TurnFinished) -> None:
+        if self.backend is None:  # shutting down
+            return
+        self.update_status()
+        result = event.result
+        if result is not None and result.finish_reason == "error":
+            self.notify(result.error or "the reply failed", title="Reply failed", severity="error")
+        elif result is not None:
+            await check_reply(self, result)
+        await self.sessions.autosave()
+        self.refresh_panels()
+        self.turns_finished += 1  # last: a turn is over for tests and scripts once this moves
+
+    def action_stop(self) -> None:
+        if self.turns.stop():
+            return
+        if self.state.editing is not None:
+            self.state.editing = None
+            self.prompt.clear()
+            self.update_status()
+        elif self.focused is not self.prompt:
+            self.prompt.focus()
+
+    async def stop_reply(self) -> None:
+        """Stop any reply, wait until its text is kept, and save it (before switching conversations: the
+        end-of-turn autosave would run only after the switch)."""
+        if self.turns.stop():
+            await self.workers.wait_for_complete([w for w in self.workers if w.group == "reply"])
+            await self.sessions.autosave()
+
+    async def on_regenerate_requested(self, event: RegenerateRequested) -> None:
+        await self.action_regenerate()
+
+    async def action_regenerate(self) -> None:
+        await self.turns.regenerate()
+
+    def on_edit_requested(self, event: EditRequested) -> None:
+        self.turns.edit(event.index)
+
+    def action_edit_last(self) -> None:
+        conv = self.state.conv
+        users = [i for i, m in enumerate(conv.messages) if m.role == "user"] if conv else []
+        if users:
+            self.turns.edit(users[-1])
+
+    # -- branches -----------------------------------------------------------------------------------------
+
+    def action_branches(self) -> None:
+        async def done(index: int | None) -> None:
+            if index is not None:
+                await self.switch_branch(index)
+
+        self.app.push_screen(BranchesScreen(self.state.branches, self.state.active), done)
+
+    async def action_cycle_branch(self, step: int) -> None:
+        if len(self.state.branches) > 1:
+            await self.switch_branch((self.state.active + step) % len(self.state.branches))
+
+    async def switch_branch(self, index: int) -> None:
+        await self.stop_reply()
+        self.state.switch(index)
+        await self.transcript.show(self.state.conv.messages)
+        self.update_status()
+        self.refresh_panels()
+
+    def action_copy_last(self) -> None:
+        view = self.transcript.last_assistant()
+        if view is not None:
+            view.action_copy()
+
+    # -- sessions (``SessionControl``) ----------------------------------------------------------------------
+
+    async def open_session(self, session: SessionFile) -> None:
+        await self.sessions.open(session)
+
+    @work(group="session-save", exclusive=True)
+    async def action_save(self, ask: bool = False) -> None:
+        await self.sessions.save(ask)
+
+    def action_save_as(self) -> None:
+        self.action_save(ask=True)
+
+    def action_sessions(self) -> None:
+        self.sessions.browse()
+
+    async def action_new_chat(self) -> None:
+        await self.sessions.new_chat()
+
+    async def action_export_markdown(self) -> None:
+        await self.sessions.export_markdown()
+
+    def action_settings(self) -> None:
+        self.sessions.edit_settings()

@@ -1,0 +1,251 @@
+"""The chat screen's session actions: save (as), open, new chat, export, and the per-session settings
+(system prompt and sampling on F2, the offered tools and tool_choice on F4 in tool mode).
+
+``SessionControl`` works on a ``SessionHost`` (the chat screen) through the members the protocol names
+(``tui/host.py``), so this module does not import the screen. Files are written by the host's ``SessionKeeper`` (atomic, one
+at a time, in a thread); a failed save is said in a notification, never lost silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from radixchat.chat.session import SamplingSettings, SessionFile, load_session, session_path
+from radixchat.errors import SessionError
+from radixchat.tui.backend import warm
+from radixchat.tui.host import ChatHost
+from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
+from radixchat.tui.screens.sessions import SessionsScreen
+from radixchat.tui.screens.settings import FIELDS, SettingsScreen
+from radixchat.tui.screens.tools import ToolSetup, ToolsScreen
+from radixchat.tui.state import Branch, auto_session_name, display_messages, rerendered
+from radixchat.tui.tools import choice_label, command_of
+from radixchat.tui.widgets.note import Note
+from radixchat.tui.widgets.prompt import PromptHistory
+
+if TYPE_CHECKING:
+    from radixchat.chat.modes import Mode
+    from radixchat.tui.session_store import SessionKeeper
+    from radixchat.tui.widgets.welcome import Welcome
+
+
+class SessionHost(ChatHost, Protocol):
+    """What the session actions use of the chat screen."""
+
+    keeper: SessionKeeper
+    pending_session: SessionFile | None  # opened once the backend is ready
+
+    def welcome(self) -> Welcome: ...
+    def refresh_panels(self) -> None: ...
+    async def probe_mode(self) -> None: ...
+    async def action_set_mode(self, mode: Mode) -> None: ...
+    async def stop_reply(self) -> None: ...
+
+
+class SessionControl:
+    def __init__(self, host: SessionHost) -> None:
+        self.host = host
+
+    @property
+    def folder(self) -> Path:
+        return self.host.keeper.folder
+
+    async def write(self, name: str, replaces: Path | None = None) -> Path | None:
+        """Save the open session as ``name`` (then remove ``replaces``); on failure notify and return None."""
+        try:
+            return await self.host.keeper.write(name, replaces)
+        except (OSError, ValueError) as exc:
+            self.host.notify(f"cannot save session '{name}': {exc}", title="Save failed", severity="error")
+            return None
+
+    async def autosave(self) -> None:
+        """After each completed turn: save under the session's name (made up the first time)."""
+        try:
+            saved = await self.host.keeper.autosave()
+        except (OSError, ValueError) as exc:
+            name = self.host.state.session_name
+            self.host.notify(f"cannot save session '{name}': {exc}", title="Save failed", severity="error")
+            saved = True
+        if saved:
+            self.host.update_status()
+
+    async def save(self, ask: bool = False) -> None:
+        """Save, asking for a name the first time (or with ``ask``); a made-up name is renamed, not copied.
+        Runs in a worker (it waits for dialogs)."""
+        host, s = self.host, self.host.state
+        if s.conv is None:
+            return
+        name = s.session_name
+        old = None
+        if ask or name is None or s.auto_named:
+            app = host.app
+            chosen = await app.push_screen_wait(NameDialog("Save session as", name or auto_session_name()))
+            if not chosen:
+                return
+            exists = chosen != name and session_path(self.folder, chosen).exists()
+            question = f"Replace the saved session '{chosen}'?"
+            if exists and not await app.push_screen_wait(ConfirmDialog(question, "Replace")):
+                return
+            old = session_path(self.folder, name) if name and s.auto_named and chosen != name else None
+            name = chosen
+        path = await self.write(name, replaces=old)
+        if path is None:
+            return
+        s.session_name, s.auto_named = name, False
+        host.update_status()
+        host.notify(f"Saved to {path}", title="Session saved", timeout=3)
+
+    def browse(self) -> None:
+        """The session browser; the session chosen there is opened."""
+        host, s = self.host, self.host.state
+
+        def renamed(old: str, new: str) -> None:
+            if s.session_name == old:
+                s.session_name, s.auto_named = new, False
+                host.update_status()
+
+        def deleted(name: str) -> None:
+            if s.session_name == name:  # the chat stays open, unsaved
+                s.session_name, s.base = None, None
+                host.update_status()
+
+        async def chosen(path: Path | None) -> None:
+            if path is None:
+                return
+            try:
+                session = await asyncio.to_thread(load_session, path)
+            except SessionError as exc:
+                host.notify(str(exc), title="Cannot open", severity="error")
+                return
+            await self.open(session)
+
+        host.app.push_screen(SessionsScreen(self.folder, s.session_name, renamed, deleted), chosen)
+
+    async def open(self, session: SessionFile) -> None:
+        """Show ``session``; once the backend is ready, continue it and warm the cache with its history."""
+        host, s = self.host, self.host.state
+        await host.stop_reply()
+        s.adopt(session)
+        backend = host.backend
+        if backend is None:
+            host.pending_session = session
+            await host.transcript.show(display_messages(session), host.welcome())
+        else:
+            self.check_tools()
+            s.restore(session, backend.fmt, backend.model_name, self.tool_declarations(session))
+            conv = s.conv
+            await host.transcript.show(conv.messages, host.welcome())
+            if session.model != backend.model_name:
+                note = (
+                    f"This session was saved with {session.model}; it continues with {backend.model_name}. "
+                    "Its history is re-tokenized for this model, and the next save records the new model."
+                )
+                await host.transcript.add(Note(note, "info"))
+            warmed = warm(backend, conv)
+            if warmed:
+                host.notify(
+                    f"Prefilling {warmed} tokens of history in the background", title=session.name, timeout=3
+                )
+        host.prompt.prompts = PromptHistory([m.content for m in session.messages if m.role == "user"])
+        await host.probe_mode()
+        host.update_status()
+        host.refresh_panels()
+
+    def check_tools(self) -> None:
+        """After opening a session: drop the tools it names that the config file no longer declares."""
+        s, registry = self.host.state, self.host.registry
+        names = s.tool_names
+        if names is None:
+            return
+        missing = [n for n in names if n not in registry.tools]
+        if missing:
+            s.tool_names = [n for n in names if n in registry.tools] or None
+            self.host.notify(
+                f"This session offered {', '.join(missing)}, which the config file does not declare now.",
+                title="Tools",
+                severity="warning",
+            )
+
+    def tool_declarations(self, session: SessionFile) -> list[dict] | None:
+        """The declarations a saved conversation was rendered with: the offered tools, when it used tool
+        mode (without them its token ids would not match its rendering, and the next turn would be a
+        full re-render instead of a delta)."""
+        used = session.mode == "tool" or any(m.role == "tool" or m.tool_calls for m in session.messages)
+        return self.host.tool_declarations() if used else None
+
+    async def new_chat(self) -> None:
+        host, s = self.host, self.host.state
+        await host.stop_reply()
+        s.new_session()
+        if host.backend is not None:
+            s.reset(host.backend.new_conversation(system=s.system_prompt))
+        await host.transcript.show(s.conv.messages if s.conv else [], host.welcome())
+        host.prompt.clear()
+        host.update_status()
+        host.refresh_panels()
+
+    async def export_markdown(self) -> None:
+        host = self.host
+        if not host.keeper.has_turns():
+            host.notify("Nothing to export yet", severity="warning")
+            return
+        try:
+            path = await host.keeper.export_markdown()
+        except OSError as exc:
+            host.notify(str(exc), title="Export failed", severity="error")
+            return
+        host.notify(f"Exported to {path}", title="Markdown")
+
+    def edit_settings(self) -> None:
+        host = self.host
+        defaults = {name: getattr(host.settings, name) for name in FIELDS}
+
+        async def done(result: Any) -> None:
+            if result is not None:
+                await self.apply_settings(*result)
+
+        host.app.push_screen(SettingsScreen(host.state.system_prompt, host.state.sampling, defaults), done)
+
+    async def apply_settings(self, system: str | None, sampling: SamplingSettings) -> None:
+        host, s = self.host, self.host.state
+        s.sampling = sampling
+        if system != s.system_prompt:
+            s.system_prompt = system
+            conv, backend = s.conv, host.backend
+            if backend is not None and conv is not None:
+                await host.stop_reply()
+                if any(m.role != "system" for m in conv.messages):
+                    s.fork(rerendered(conv, backend.fmt, system), "new system prompt")
+                else:
+                    s.branches[s.active] = Branch(
+                        backend.new_conversation(system=system), s.branches[s.active].label
+                    )
+                await host.transcript.show(s.conv.messages, host.welcome())
+        host.update_status()
+        host.notify("Session settings applied", timeout=2)
+        if s.session_name and host.keeper.has_turns():
+            await self.write(s.session_name)
+
+    def edit_tools(self) -> None:
+        """Tool mode's screen: the tools offered and tool_choice (saved with the session)."""
+        host, s = self.host, self.host.state
+
+        async def done(setup: ToolSetup | None) -> None:
+            if setup is None:
+                return
+            s.tool_names, s.tool_choice = setup.names, setup.choice
+            host.notify(
+                f"{len(setup.names)} tools offered · tool_choice {choice_label(setup.choice)}",
+                title="Tool mode",
+            )
+            await host.action_set_mode("tool")
+            if s.session_name and host.keeper.has_turns():
+                await self.write(s.session_name)
+
+        tools = list(host.registry.tools.values())
+        commands = {t.name: command_of(host.settings, t.name) or [] for t in tools if not t.builtin}
+        problem = host.mode_problem if s.mode == "tool" else None
+        offered = [t.name for t in host.offered_tools()]
+        host.app.push_screen(ToolsScreen(tools, offered, s.tool_choice, problem, commands), done)

@@ -1,0 +1,250 @@
+"""The chat screen's turns: send, queue while loading, regenerate, edit into a branch, stop.
+
+``TurnControl`` works on a ``TurnHost`` (the chat screen) through the members the protocol names
+(``tui/host.py``), so this module does not import the screen. It holds the reply in flight
+(``ReplyInFlight``): a plain turn's reply streams into a new assistant message; a tool turn runs through
+``ToolTurnView``. Both run as the host's workers in the group ``reply`` and end by posting
+``TurnFinished`` to the host.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from radixchat.chat.conversation import Conversation, Message
+from radixchat.errors import RadixchatError
+from radixchat.tui.backend import make_params
+from radixchat.tui.host import ChatHost
+from radixchat.tui.in_flight import ReplyInFlight
+from radixchat.tui.messages import TurnFinished
+from radixchat.tui.state import ensure_prompt
+from radixchat.tui.tool_turn_view import ToolTurnView, declare_tools
+from radixchat.tui.tools import command_of
+from radixchat.tui.widgets.assistant_message import AssistantMessage
+from radixchat.tui.widgets.note import Note
+from radixchat.tui.widgets.user_message import UserMessage
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from textual.message import Message as TextualMessage
+    from textual.worker import Worker
+
+    from radixchat.chat.backend import Constraint, Reply
+
+
+class TurnHost(ChatHost, Protocol):
+    """What the turns use of the chat screen."""
+
+    load_status: str
+    load_failed: bool
+
+    async def constraint(self) -> Constraint | str:
+        """The next reply's constraint in the current mode, or why the mode cannot be used."""
+        ...
+
+    def offer_lenient(self, problem: str) -> bool:
+        """Offer to run a schema that strict mode refused leniently (True: the user is asked)."""
+        ...
+
+    def run_worker(
+        self, work: Coroutine[Any, Any, Any], *, group: str = "default", exit_on_error: bool = True
+    ) -> Worker[Any]: ...
+    def post_message(self, message: TextualMessage) -> bool: ...
+
+
+class TurnControl:
+    def __init__(self, host: TurnHost) -> None:
+        self.host = host
+        self.in_flight: ReplyInFlight | None = None  # the turn being generated (Esc stops it)
+        self.queued: str | None = None  # sent with Enter before the model was ready
+
+    async def send(self, text: str) -> bool:
+        """Send ``text`` as a user message (into a new branch when editing). False: nothing was sent."""
+        host, s = self.host, self.host.state
+        if host.backend is None and not host.load_failed:
+            return await self._queue(text)
+        if not self._can_start():
+            return False
+        constraint = await host.constraint()
+        if isinstance(constraint, str):
+            host.mode_problem = constraint
+            host.update_status()
+            if not host.offer_lenient(constraint):
+                host.notify(
+                    f"{constraint} — switch mode with Ctrl+T. Your message is kept.",
+                    title=f"{s.mode} mode",
+                    severity="error",
+                )
+            return False
+        editing = s.editing
+        conv = s.conv.truncated(editing) if editing is not None else s.conv
+        n, tools = len(conv.messages), conv.tools
+        try:
+            if s.mode == "tool":
+                declare_tools(conv, host.tool_declarations())
+            conv.add_user(text)
+            reply = None if s.mode == "tool" else self._reply(conv, constraint)
+        except RadixchatError as exc:
+            del conv.messages[n:]
+            conv.tools = tools
+            host.notify(str(exc), title="Not sent", severity="error")
+            return False
+        new = [] if editing is not None else [UserMessage(conv.messages[-1], n)]
+        if editing is not None:
+            s.fork(conv, f"edit of message {editing}")
+        await self._start(reply, *new, rebuild=editing is not None)
+        return True
+
+    def _reply(self, conv: Conversation, constraint: Constraint) -> Reply:
+        host = self.host
+        assert host.backend is not None
+        return host.backend.reply(conv, make_params(host.settings, host.state.sampling), constraint)
+
+    async def _queue(self, text: str) -> bool:
+        """Enter while the model loads: show the message now, send it once the backend is ready."""
+        if self.queued is not None:
+            self.host.notify("A message is already waiting for the model.", severity="warning")
+            return False
+        self.queued = text
+        view = UserMessage(Message("user", text), -1, classes="-queued")
+        view.border_subtitle = "sends when the model is ready"
+        await self.host.transcript.add(view)
+        return True
+
+    async def send_queued(self) -> None:
+        """The backend is ready: send what was queued (back into the prompt if it cannot go)."""
+        text, self.queued = self.queued, None
+        if text is None:
+            return
+        for view in self.host.transcript.query(".-queued"):
+            await view.remove()
+        if not await self.send(text):
+            self.host.prompt.load_text(text)
+
+    def _can_start(self) -> bool:
+        host = self.host
+        if host.backend is None or host.state.conv is None:
+            host.notify(
+                f"The model is not ready yet ({host.load_status}). Your message is kept.", severity="warning"
+            )
+            return False
+        if self.in_flight is not None:
+            host.notify("A reply is still being generated — Esc stops it.", severity="warning")
+            return False
+        return True
+
+    async def _start(self, reply: Reply | None, *new: UserMessage, rebuild: bool = False) -> None:
+        """Show the turn of the active conversation, which ends with the user's message: ``reply``
+        streaming into a new message, or (tool mode, ``reply`` None) the tool turn."""
+        host, s = self.host, self.host.state
+        conv = s.conv
+        if rebuild:
+            await host.transcript.show(conv.messages)
+        await host.transcript.add(*new)
+        turn = self.in_flight = ReplyInFlight()
+        s.editing = None
+        if reply is None:
+            host.update_status()
+            host.run_worker(self._tool_turn(turn), group="reply", exit_on_error=False)
+            return
+        view = AssistantMessage(Message("assistant", ""), len(conv.messages), s.mode, streaming=True)
+        await host.transcript.add(view)
+        turn.view = view  # streaming starts in the worker; Esc may come first
+        host.update_status()
+        host.run_worker(self._stream(turn, reply, view, s.mode), group="reply", exit_on_error=False)
+
+    async def _stream(self, turn: ReplyInFlight, reply: Reply, view: AssistantMessage, mode: str) -> None:
+        result = None
+        try:
+            result, _ = await turn.stream(reply, view, mode)
+        except Exception:  # the backend broke mid-stream: the view keeps what came and says why
+            pass
+        finally:
+            self.in_flight = None
+        if not view.is_attached:  # the app closed under the reply
+            return
+        if result is not None:
+            self.host.state.record(result)
+        self.host.post_message(TurnFinished(result))
+
+    async def _tool_turn(self, turn: ReplyInFlight) -> None:
+        host, s = self.host, self.host.state
+        assert host.backend is not None and s.conv is not None
+        run = ToolTurnView(
+            host.app,
+            host.backend,
+            s.conv,
+            make_params(host.settings, s.sampling),
+            host.offered_tools(),
+            host.registry,
+            s,
+            host.transcript,
+            turn,
+            host.update_status,
+            lambda name: command_of(host.settings, name),
+            host.settings.max_tool_rounds,
+        )
+        result = None
+        try:
+            result = (await run.run()).final
+        except Exception as exc:  # a request refused, a backend failure: the turn ends here
+            error = str(exc) if isinstance(exc, RadixchatError) else f"{type(exc).__name__}: {exc}"
+            if host.transcript.is_attached:  # the app may be closing
+                await host.transcript.add(Note(f"the tool turn stopped: {error}", "error"))
+            host.notify(error, title="Tool turn failed", severity="error")
+        finally:
+            self.in_flight = None
+        host.post_message(TurnFinished(result))
+
+    def stop(self) -> bool:
+        """Esc: stop the reply in flight (False: there is none)."""
+        if self.in_flight is None:
+            return False
+        view = self.in_flight.view
+        self.in_flight.cancel()
+        if view is not None and view.streaming:
+            view.set_footer("stopping…")
+        return True
+
+    async def regenerate(self) -> None:
+        """The last turn again, from the user's last message (with its tool calls, in tool mode)."""
+        host, s = self.host, self.host.state
+        if not self._can_start():
+            return
+        conv = s.conv
+        users = [i for i, m in enumerate(conv.messages) if m.role == "user"]
+        if not users:
+            host.notify("Nothing to regenerate yet", severity="warning")
+            return
+        constraint = await host.constraint()
+        if isinstance(constraint, str):
+            host.notify(constraint, title=f"{s.mode} mode", severity="error")
+            return
+        forked = users[-1] < len(conv.messages) - 1
+        new = conv.truncated(users[-1] + 1) if forked else conv
+        tools = new.tools
+        try:
+            ensure_prompt(new)
+            if s.mode == "tool":
+                declare_tools(new, host.tool_declarations())
+            reply = None if s.mode == "tool" else self._reply(new, constraint)
+        except RadixchatError as exc:
+            new.tools = tools
+            host.notify(str(exc), title="Not regenerated", severity="error")
+            return
+        if forked:
+            s.fork(new, f"regenerated reply {len(users)}")
+        await self._start(reply, rebuild=True)
+
+    def edit(self, index: int) -> None:
+        """Load user message ``index`` into the prompt; sending it makes a new branch."""
+        host = self.host
+        if self.in_flight is not None:
+            host.notify("Stop the reply first (Esc)", severity="warning")
+            return
+        host.state.editing = index
+        host.prompt.load_text(host.state.conv.messages[index].content)
+        host.prompt.move_cursor(host.prompt.document.end)
+        host.prompt.focus()
+        host.update_status()
