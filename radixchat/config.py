@@ -161,6 +161,13 @@ class Settings(BaseSettings):
         default_factory=list, description="user tools ([[tools]] tables in the config file)"
     )
     max_tool_rounds: int = Field(4, ge=1, le=32, description="most tool-call rounds in one turn")
+    max_tool_calls: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="most tool calls in one reply (as parallel_tool_calls; 1: one call, then the result). "
+        "Small models repeat a call block until the token limit; a later round costs only its delta",
+    )
 
     # -- the chat app -----------------------------------------------------------------------------------
     theme: str | None = Field(None, description="Textual theme of the chat app (e.g. nord, gruvbox)")

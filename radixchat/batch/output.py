@@ -46,6 +46,7 @@ def record(
             else None
         ),
         "tool_calls": [c.as_dict() for c in tool_turn.calls] if tool_turn is not None else [],
+        "tool_notes": tool_turn.notes if tool_turn is not None else [],
         "schema_errors": schema_errors,
         "error": error if error is not None else (result.error if result else None),
     }

@@ -27,6 +27,8 @@ def run_batch(settings: Settings, options: BatchOptions) -> int:
     try:
         text = read_input(options.source)
         registry = ToolRegistry.from_config(settings.tools)
+        for problem in registry.problems:
+            print(f"radixchat: {problem} (the tool is left out)", file=sys.stderr)
         allow = options.allow_tools
         unknown = sorted(n for n in allow if n not in registry.tools or registry.tools[n].builtin)
         if unknown:

@@ -171,6 +171,7 @@ class BatchRunner:
                 self.consent,
                 tool_choice=plan.run_tool_choice,
                 max_rounds=self.settings.max_tool_rounds,
+                max_calls=self.settings.max_tool_calls,
             )
             return tool_turn.final, tool_turn
         plan.conv.add_user(text)

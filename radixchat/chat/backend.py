@@ -113,6 +113,7 @@ class ChatBackend(ABC):
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
         lenient: bool = False,
+        max_calls: int = 1,
     ) -> Constraint:
         """A fresh constraint for one reply in ``mode`` (``json`` or ``tool``; see ``grammar_for``).
         ``lenient``: enforce what the constraint can of the schema and leave the rest to the check of the
@@ -148,6 +149,7 @@ def grammar_for(
     tools: list[dict] | None = None,
     tool_choice: str | dict = "auto",
     lenient: bool = False,
+    max_calls: int = 1,
 ) -> Constraint | None:
     """The constraint for one reply in ``mode`` (None: unconstrained chat). Compiling may take ~0.2 s the
     first time for a tokenizer (its token table) and ~20 ms per new schema, so front ends call it off the
@@ -159,7 +161,9 @@ def grammar_for(
         return None
     if mode not in MODES:
         raise ModeError(f"unknown mode '{mode}' (choose from {', '.join(MODES)})")
-    return backend.constraint(mode, schema=schema, tools=tools, tool_choice=tool_choice, lenient=lenient)
+    return backend.constraint(
+        mode, schema=schema, tools=tools, tool_choice=tool_choice, lenient=lenient, max_calls=max_calls
+    )
 
 
 def sampling_params(settings: Any, **overrides: Any) -> SamplingParams:

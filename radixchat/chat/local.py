@@ -101,6 +101,7 @@ class GrammarService:
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
         lenient: bool = False,
+        max_calls: int = 1,
     ) -> Any:
         from radixchat.grammar import (
             GrammarError,
@@ -118,7 +119,7 @@ class GrammarService:
                 if not tools:
                     raise ModeError("tool mode needs at least one declared tool")
                 grammar = compile_tool_call_grammar(
-                    tools, self.info, tool_choice=tool_choice, lenient=lenient
+                    tools, self.info, tool_choice=tool_choice, lenient=lenient, max_calls=max_calls
                 )
                 return grammar.matcher()
         except GrammarError as exc:
@@ -216,10 +217,11 @@ class LocalBackend(ChatBackend):
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
         lenient: bool = False,
+        max_calls: int = 1,
     ) -> TokenMatcher:
         """A fresh grammar matcher for one reply in ``mode`` (see ``backend.grammar_for``). Compiled on the
         engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
-        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice, lenient)
+        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice, lenient, max_calls)
 
     def reply(
         self, conv: Conversation, params: SamplingParams, constraint: TokenMatcher | None = None

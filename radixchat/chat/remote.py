@@ -163,6 +163,7 @@ class RemoteBackend(ChatBackend):
         tools: list[dict] | None = None,
         tool_choice: str | dict = "auto",
         lenient: bool = False,
+        max_calls: int = 1,
     ) -> dict[str, Any]:
         """Request fields for one reply in ``mode`` (see ``backend.grammar_for``). Raises ModeError.
         ``lenient`` changes nothing here: the server enforces what it can, the reply is checked after."""
@@ -178,7 +179,11 @@ class RemoteBackend(ChatBackend):
             choice: str | dict = tool_choice
             if isinstance(tool_choice, dict):
                 choice = {"type": "function", "function": {"name": tool_choice["name"]}}
-            return {"tools": [{"type": "function", "function": t} for t in tools], "tool_choice": choice}
+            return {
+                "tools": [{"type": "function", "function": t} for t in tools],
+                "tool_choice": choice,
+                "parallel_tool_calls": max_calls > 1,
+            }
         raise ModeError(f"unknown mode '{mode}'")
 
     def reply(

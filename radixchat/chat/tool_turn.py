@@ -6,6 +6,7 @@ a delta like any other turn, so every round reuses everything before it).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ from radixchat.chat.backend import ChatBackend, Reply, TurnResult, grammar_for
 from radixchat.chat.conversation import Conversation
 from radixchat.chat.tools import Consent, Tool, ToolCallRecord, ToolContext, ToolRegistry
 from radixchat.sampling import SamplingParams
-from radixchat.tool_format import strip_tool_calls, tool_call_dicts
+from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN, strip_tool_calls, tool_call_dicts
 
 
 @dataclass
@@ -21,6 +22,7 @@ class ToolTurn:
     final: TurnResult  # the reply that ended the turn (text, or the last call if it was cut short)
     rounds: list[TurnResult] = field(default_factory=list)  # every reply of the turn, in order
     calls: list[ToolCallRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the turn dropped (a cut call, repeats)
 
     @property
     def text(self) -> str:
@@ -53,6 +55,7 @@ async def run_tool_turn(
     *,
     tool_choice: str | dict = "auto",
     max_rounds: int = 4,
+    max_calls: int = 1,
     on_reply: Callable[[Reply], Awaitable[TurnResult]] = _collect,
     on_call: Callable[[ToolCallRecord], None] | None = None,
     should_continue: Callable[[], bool] | None = None,
@@ -64,7 +67,8 @@ async def run_tool_turn(
     ``should_continue`` is asked before every round after the first (a UI's stop button): when it says
     no, the turn ends with the tool results appended and no further reply.
     """
-    decls = [t.schema() for t in tools]
+    decls = [t.declaration() for t in tools]  # what the prompt shows
+    grammar_decls = [t.schema() for t in tools]  # what the grammar enforces
     if conv.tools != decls:
         # The declarations are part of the rendered prompt: the user's message must come after them.
         conv.tools = decls
@@ -82,27 +86,42 @@ async def run_tool_turn(
             break
         if round_no == max_rounds:
             choice = "none"
-        grammar = await asyncio.to_thread(grammar_for, backend, "tool", tools=decls, tool_choice=choice)
+        grammar = await asyncio.to_thread(
+            grammar_for, backend, "tool", tools=grammar_decls, tool_choice=choice, max_calls=max_calls
+        )
         result = await on_reply(backend.reply(conv, params, grammar))
         if turn is None:
             turn = ToolTurn(result)
         turn.final = result
         turn.rounds.append(result)
-        if result.finish_reason != "stop":
-            break  # cut short (length, cancelled, error): a partial call is never run
         # A remote backend reports calls itself; for the local engine they are in the constrained text.
         calls = result.message.tool_calls
         if calls is None:
             calls = tool_call_dicts(result.message.content)
+        if result.finish_reason != "stop":
+            # Cut short (length): the complete blocks still run; the cut one is never run (it is not a
+            # complete block, so parsing left it out). Cancelled or failed replies run nothing.
+            if result.finish_reason != "length" or not calls:
+                break
+            if TOOL_OPEN in result.message.content.rsplit(TOOL_CLOSE, 1)[-1]:
+                turn.notes.append("the reply was cut short inside a tool call; that call was dropped")
         if not calls:
             break
         result.message.tool_calls = calls
+        seen: dict[str, ToolCallRecord] = {}
         for call in calls:
+            key = json.dumps([call["name"], call["arguments"]], sort_keys=True)
+            if key in seen:  # identical calls in one round run once
+                turn.notes.append(f"an identical {call['name']} call in the same reply ran once")
+                continue
             record = await registry.call(call["name"], call["arguments"], ctx, consent)
+            seen[key] = record
             turn.calls.append(record)
             if on_call is not None:
                 on_call(record)
             conv.add_tool_result(record.name, record.message_content())
+        if result.finish_reason != "stop":
+            break  # a cut-short reply's calls ran; the turn ends with their results
         if choice != "none":
             choice = "auto"
     assert turn is not None

@@ -19,12 +19,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from radixchat.config import UserToolConfig
 from radixchat.errors import RadixchatError
 
 NOTES_LIMIT = 64 * 1024
+NOTE_TEXT = 200  # most characters one call writes (each counted character is a grammar state)
 
 
 class ToolError(RadixchatError):
@@ -50,8 +51,40 @@ class Tool:
     builtin: bool = True  # built-ins are safe by construction and need no consent
 
     def schema(self) -> dict[str, Any]:
-        """The declaration the grammar and the chat template take."""
+        """The declaration the grammar takes (everything it enforces)."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def declaration(self) -> dict[str, Any]:
+        """The declaration the chat template shows the model: the schema without what only the grammar
+        needs (an ``x-grammar``'s text, an enum of hundreds of time zones), which would cost prompt
+        tokens and say little to a model."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": _for_prompt(self.parameters),
+        }
+
+
+PROMPT_ENUM = 12  # longer enums are shown as a few examples
+
+
+def _for_prompt(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_for_prompt(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _for_prompt(v) for k, v in schema.items() if k not in ("x-grammar", "x-grammar-start")}
+    if "x-grammar" in schema:
+        out.setdefault("type", "string")
+    values = schema.get("enum")
+    if isinstance(values, list) and len(values) > PROMPT_ENUM:
+        del out["enum"]
+        out.setdefault("type", "string")
+        examples = ", ".join(str(v) for v in values[:: max(1, len(values) // 3)][:3])
+        out["description"] = (
+            schema.get("description", "") + f" One of {len(values)} values, e.g. {examples}."
+        ).strip()
+    return out
 
 
 # -- the calculator: arithmetic on numbers by walking the AST (never eval) ------------------------------
@@ -66,7 +99,7 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Pow: operator.pow,
 }
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-MAX_EXPRESSION = 500
+MAX_EXPRESSION = 900  # above the longest expression CALCULATOR_GRAMMAR allows (892 characters)
 MAX_NODES = 200
 MAX_INT_BITS = 4096
 MAX_EXPONENT = 10_000
@@ -127,6 +160,28 @@ def _check_power(base: int | float, exp: int | float) -> None:
         raise ToolError("result too large")
 
 
+def _level(name: str, term: str, inner: str | None, most: int) -> list[str]:
+    alts = " | ".join(" OP ".join([term] * k) for k in range(1, most + 1))
+    atom = f'NUM | "(" {inner} ")"' if inner else "NUM"
+    return [f"{name}: {alts}", f"{term}: {atom}"]
+
+
+#: The language ``calculate`` evaluates, as the ``x-grammar`` of the calculator's argument: numbers
+#: (an optional minus, up to 12 digits and 6 decimals), ``+ - * / // % **`` with at most one space on
+#: each side, parentheses nested up to two deep, at most 4 terms at the top and 3 inside parentheses.
+#: Bounded by construction: at most 4 * 220 + 3 * 4 = 892 characters.
+CALCULATOR_GRAMMAR = "\n".join(
+    [
+        "start: e3",
+        *_level("e3", "t3", "e2", 4),
+        *_level("e2", "t2", "e1", 3),
+        *_level("e1", "t1", None, 3),
+        r"NUM: /-?[0-9]{1,12}(\.[0-9]{1,6})?/",
+        r"OP: / ?(\*\*|\/\/|[-+*\/%]) ?/",
+    ]
+)
+
+
 async def _calculator(args: dict[str, Any], ctx: ToolContext) -> str:
     value = calculate(str(args["expression"]))
     return repr(value) if isinstance(value, float) else str(value)
@@ -161,13 +216,15 @@ def builtin_tools() -> dict[str, Tool]:
         Tool(
             "calculator",
             "Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses.",
-            obj({"expression": {"type": "string", "maxLength": MAX_EXPRESSION}}, ["expression"]),
+            obj({"expression": {"type": "string", "x-grammar": CALCULATOR_GRAMMAR}}, ["expression"]),
             _calculator,
         ),
         Tool(
             "now",
             "The current date and time, optionally in an IANA time zone such as Europe/Paris.",
-            obj({"timezone": {"type": "string", "maxLength": 64}}, []),
+            obj(
+                {"timezone": {"enum": sorted(available_timezones()), "description": "an IANA time zone"}}, []
+            ),
             _now,
         ),
         Tool(
@@ -176,7 +233,13 @@ def builtin_tools() -> dict[str, Tool]:
         Tool(
             "write_session_notes",
             "Replace (or append to) the scratch notes saved with this session.",
-            obj({"text": {"type": "string"}, "mode": {"enum": ["replace", "append"]}}, ["text"]),
+            obj(
+                {
+                    "text": {"type": "string", "minLength": 1, "maxLength": NOTE_TEXT},
+                    "mode": {"enum": ["replace", "append"]},
+                },
+                ["text"],
+            ),
             _write_notes,
         ),
     ]
@@ -266,6 +329,34 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def string_grammar_problem(schema: Any, path: str = "#") -> str | None:
+    """The first ``x-grammar`` in ``schema`` that Lark cannot build as an LALR(1) parser (torch-free: the
+    engine's compiler checks the rest when the tool is first offered), or None."""
+    if isinstance(schema, list):
+        for i, sub in enumerate(schema):
+            got = string_grammar_problem(sub, f"{path}/{i}")
+            if got:
+                return got
+        return None
+    if not isinstance(schema, dict):
+        return None
+    text = schema.get("x-grammar")
+    if text is not None:
+        import lark
+
+        try:
+            lark.Lark(text, parser="lalr", start=schema.get("x-grammar-start", "start"))
+        except Exception as exc:  # Lark raises several kinds (GrammarError, ConfigurationError, ...)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return f"x-grammar at {path}: {first}"
+    for key, sub in schema.items():
+        if isinstance(sub, (dict, list)):
+            got = string_grammar_problem(sub, f"{path}/{key}")
+            if got:
+                return got
+    return None
+
+
 # -- the registry ------------------------------------------------------------------------------------
 
 
@@ -292,12 +383,19 @@ Consent = Callable[[Tool, dict[str, Any]], Awaitable[bool]]
 class ToolRegistry:
     tools: dict[str, Tool] = field(default_factory=builtin_tools)
 
+    #: User tools left out at start-up, one line each ("tool 'x': x-grammar at #/properties/e: ...").
+    problems: list[str] = field(default_factory=list)
+
     @classmethod
     def from_config(cls, user_tools: list[UserToolConfig]) -> ToolRegistry:
         reg = cls()
         for cfg in user_tools:
             if cfg.name in reg.tools:
                 raise RadixchatError(f"tool '{cfg.name}' in the config file clashes with a built-in tool")
+            problem = string_grammar_problem(cfg.parameters)
+            if problem is not None:  # the other tools still load
+                reg.problems.append(f"tool {cfg.name!r}: {problem}")
+                continue
             reg.tools[cfg.name] = user_tool(cfg)
         return reg
 
@@ -325,7 +423,7 @@ class ToolRegistry:
             try:  # the grammar makes a violation impossible; check anyway before running anything
                 jsonschema.validate(arguments, tool.parameters)
             except jsonschema.ValidationError as exc:
-                raise ToolError(f"invalid arguments: {exc.message}") from None
+                raise ToolError(_invalid(exc)) from None
             if not tool.builtin and not await consent(tool, arguments):
                 raise ToolError("the user did not allow this call")
             record.result = await tool.run(arguments, ctx)
@@ -335,6 +433,15 @@ class ToolRegistry:
             record.error = f"{type(exc).__name__}: {exc}"
         record.duration_ms = (time.perf_counter() - started) * 1000
         return record
+
+
+def _invalid(exc: Any) -> str:
+    """A short message naming the argument (an enum of 600 time zones is not listed)."""
+    where = "/".join(str(p) for p in exc.absolute_path)
+    what = f"invalid argument {where!r}" if where else "invalid arguments"
+    if exc.validator == "enum":
+        return f"{what}: {exc.instance!r} is not one of the allowed values"
+    return f"{what}: {exc.message}"
 
 
 async def deny_all(tool: Tool, arguments: dict[str, Any]) -> bool:

@@ -31,6 +31,11 @@ from .lexer import DEAD, SPACE, groups_by_pre
 from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
 
+#: Rule-name prefixes of an embedded string grammar: ``verbatim_str…: QUOTE verbatim_in…_start QUOTE``.
+#: Between its quotes the text is verbatim (no ignored whitespace); see ``schema.string_grammar``.
+VERBATIM_STR = "verbatim_str"
+VERBATIM_IN = "verbatim_in"
+
 
 def _grammar_dirs() -> tuple[Path, ...]:
     """User grammars first (``$XDG_CONFIG_HOME/radixchat/grammars``), then the shipped ones: the
@@ -87,6 +92,13 @@ class CompiledGrammar:
         self.tables: Tables = build_tables(text, source, start, max_states, glr=glr)
         t = self.tables
         self.ignore = frozenset(t.ignore)
+        #: States inside a string whose content follows an embedded grammar (``schema.string_grammar``):
+        #: its text is verbatim, so ``%ignore`` terminals (JSON whitespace) are not allowed there.
+        self.verbatim = frozenset(
+            q
+            for q, kernel in enumerate(t.kernels)
+            if any(o.startswith(VERBATIM_IN) or (o.startswith(VERBATIM_STR) and b > 0) for o, _, b in kernel)
+        )
         # DFA id -> terminal; if two terminals share a pattern Lark's first-ranked one wins.
         self.dfa_term: dict[int, str] = {}
         for term in sorted(t.terminals.values(), key=lambda x: x.rank):
@@ -133,7 +145,7 @@ class CompiledGrammar:
                     shiftable.append(name)
         end_ok, low = accepts_end(t, stack)
         lowest = min(lowest, low)
-        if shiftable and not after_ignore:
+        if shiftable and not after_ignore and stack[-1] not in self.verbatim:
             shiftable.extend(self.ignore)
         dfas = [t.terminals[n].dfa for n in shiftable if self.dfa_term.get(t.terminals[n].dfa) == n]
         ctx = Context(SPACE.start_state(dfas) if dfas else DEAD, end_ok)

@@ -65,6 +65,7 @@ class ToolTurnView:
     status: Callable[[str | None], None]  # the status line's activity (None: the usual one)
     command_of: Callable[[str], list[str] | None]  # the command a user tool runs (shown when asking)
     max_rounds: int = 4
+    max_calls: int = 1
     records: list[ToolCallRecord] = field(default_factory=list)
     _pending: list[ToolCallBlock] = field(default_factory=list)  # this round's blocks without a result
 
@@ -83,6 +84,7 @@ class ToolTurnView:
                 self._consent,
                 tool_choice=self.state.tool_choice,
                 max_rounds=self.max_rounds,
+                max_calls=self.max_calls,
                 on_reply=self._show_reply,
                 on_call=self._on_call,
                 should_continue=lambda: not self.in_flight.stopped,

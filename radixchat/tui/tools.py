@@ -25,7 +25,8 @@ CHOICES = ("auto", "required", "none")
 def build_registry(settings: Settings) -> tuple[ToolRegistry, str | None]:
     """The built-ins plus the config file's user tools; on a bad declaration, the built-ins and why."""
     try:
-        return ToolRegistry.from_config(settings.tools), None
+        reg = ToolRegistry.from_config(settings.tools)
+        return reg, ("; ".join(reg.problems) + " (left out)" if reg.problems else None)
     except RadixchatError as exc:
         return ToolRegistry(), f"{exc}; only the built-in tools are offered"
 

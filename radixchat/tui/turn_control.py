@@ -184,6 +184,7 @@ class TurnControl:
             host.update_status,
             lambda name: command_of(host.settings, name),
             host.settings.max_tool_rounds,
+            host.settings.max_tool_calls,
         )
         result = None
         try:

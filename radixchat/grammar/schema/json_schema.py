@@ -29,6 +29,7 @@ from .allof import merge_all_of
 from .json_objects import NOT_ALL, array_shape, literal_structure, object_shape
 from .json_shape import ALL_TYPES, Shape, const_values, schema_types, type_of
 from .lark_text import LarkWriter
+from .string_grammar import X_GRAMMAR, X_GRAMMAR_START, embed_string_grammar
 
 ANNOTATIONS = {
     "title",
@@ -82,7 +83,7 @@ OBJECT_KW = {
     "maxProperties",
 }
 ARRAY_KW = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"}
-STRING_KW = {"minLength", "maxLength", "pattern", "format"}
+STRING_KW = {"minLength", "maxLength", "pattern", "format", X_GRAMMAR}
 NUMBER_KW = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 
 
@@ -222,6 +223,7 @@ class SchemaCompiler:
             alts.append(self.w.terminal(jt.STRING_RE))
         elif sh.strings:
             alts.append(self.w.terminal(rx.to_regex(rx.alt(*sh.strings)), where=_ptr(path)))
+        alts += sh.grammars
         if sh.any_number:
             alts.append(self.w.terminal(jt.NUMBER_RE))
         elif sh.numbers:
@@ -402,6 +404,15 @@ class SchemaCompiler:
         return sh
 
     def string_shape(self, schema: dict, path: str, sh: Shape) -> None:
+        if X_GRAMMAR in schema:
+            others = sorted(set(schema) & (STRING_KW - {X_GRAMMAR}))
+            if others:
+                raise GrammarError(
+                    f"'{others[0]}' next to {X_GRAMMAR} at {_ptr(path)} is not supported; bound the grammar"
+                )
+            start = schema.get(X_GRAMMAR_START, "start")
+            sh.grammars.append(embed_string_grammar(self.w, schema[X_GRAMMAR], _ptr(path), start))
+            return
         lo = int(schema.get("minLength", 0))
         hi = schema.get("maxLength")
         hi = None if hi is None else int(hi)

@@ -17,6 +17,7 @@ class Shape:
     any: bool = False
     strings: list = field(default_factory=list)  # JSON-text regex ASTs, one per string form
     any_string: bool = False
+    grammars: list = field(default_factory=list)  # rules of strings with an ``x-grammar`` (content)
     numbers: list = field(default_factory=list)
     any_number: bool = False
     literals: set = field(default_factory=set)  # "true", "false", "null"
@@ -36,6 +37,7 @@ class Shape:
             if a not in self.numbers:
                 self.numbers.append(a)
         self.literals |= o.literals
+        self.grammars += [s for s in o.grammars if s not in self.grammars]
         self.objects += [s for s in o.objects if s not in self.objects]
         self.arrays += [s for s in o.arrays if s not in self.arrays]
         self.empty_object |= o.empty_object
@@ -45,7 +47,7 @@ class Shape:
         out = set()
         if self.any:
             return set(ALL_TYPES)
-        if self.strings or self.any_string:
+        if self.strings or self.any_string or self.grammars:
             out.add("string")
         if self.numbers or self.any_number:
             out.add("number")

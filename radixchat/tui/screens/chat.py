@@ -278,7 +278,7 @@ class ChatScreen(Screen[None]):
         return offered(self.registry, self.state.tool_names)
 
     def tool_declarations(self) -> list[dict[str, Any]]:
-        return [t.schema() for t in self.offered_tools()]
+        return [t.declaration() for t in self.offered_tools()]
 
     def action_show_tools(self) -> None:
         self.sessions.edit_tools()
