@@ -11,9 +11,8 @@ One or more blocks, separated by whitespace. ``name`` comes first and must be a 
 ``compile_json_schema``; a tool without ``parameters`` takes ``{}``).
 
 ``tool_choice``:
-- ``"auto"``: free text *or* tool calls. Free text may be anything that does not start with
-  ``<tool_call>`` (nor with whitespace, which is skipped); it runs until EOS. Text followed by a call
-  is not part of the grammar (a greedy byte lexer cannot end free text exactly before a tag).
+- ``"auto"``: free text, tool calls, or text then calls. Free text never contains ``<tool_call>`` and
+  does not start with whitespace; text before calls is one terminal ending with the opening tag.
 - ``"required"``: one or more tool calls, nothing else.
 - ``"none"``: free text only (it may not start with ``<tool_call>``).
 - ``{"name": "x"}`` or ``{"type": "function", "function": {"name": "x"}}``: exactly one call of x.
