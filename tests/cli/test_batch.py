@@ -119,6 +119,12 @@ def test_usage_errors_exit_2(tmp_path):
     assert proc.returncode == 2 and "need --batch" in proc.stderr
     proc = run(["--batch", "-", "--top-p", "7"], stdin="{}")
     assert proc.returncode == 2 and "invalid setting 'top_p'" in proc.stderr
+    proc = run(["--batch", "-", "--weights", "int3"], stdin="{}")
+    assert proc.returncode == 2 and "invalid setting 'weights'" in proc.stderr and "'int4'" in proc.stderr
+    # A compact format runs on the CPU only: said before any model loads, naming what can run.
+    proc = run(["--batch", "-", "--weights", "int4", "--device", "cuda"], stdin="{}")
+    assert proc.returncode == 2 and "weights format 'int4' cannot run" in proc.stderr
+    assert "choose one of: auto, float32" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_model_load_failure_exits_3_and_leaves_the_output_file_alone(tmp_path):
