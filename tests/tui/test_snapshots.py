@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import radixchat.tui.screens.chat as chat_screen
-from radixchat.chat.modes import ModeError
 from radixchat.chat.backend import kv_owner
+from radixchat.chat.modes import ModeError
 from radixchat.chat.session import SessionFile, atomic_write_text, session_path
 from radixchat.tui.app import RadixChatApp
 from tests.tui.conftest import (
