@@ -1,7 +1,7 @@
 """Saved sessions' KV through the app (over the fake backend's in-memory store): each save stores the
 active branch's tokens after the file, opening a session loads them before the background prefill, the
 browser shows which sessions are warm and deletes or renames their KV with them, and a store that cannot
-be written costs a warning, never the session. The real engine's side: tests/chat/test_session_kv.py."""
+be written costs a warning, never the session. The real engine's side: tests/chat/test_saved_kv.py."""
 
 from __future__ import annotations
 
