@@ -53,9 +53,9 @@ class CacheTree(Tree[int]):
             text.append("○ ", style="dim")
         text.append(f"{v.num_tokens:>4}", style="bold" if in_path else "")
         # A node whose KV came from the disk store (a saved session, or spilled KV) instead of a prefill.
-        text.append(" ↓" if v.from_disk else " ", style=theme.success or "green")
         if v.from_disk:
-            text.append(" ")
+            text.append(" ↓", style=theme.success or "green")
+        text.append(" ")
         style = f"bold {theme.accent}" if in_path else ("" if v.locked else "dim")
         for i, part in enumerate(SPECIAL.split(clean_snippet(v.snippet))):
             # odd parts are special tokens (<|im_start|>, </s>, ...): markers, not content
