@@ -164,6 +164,7 @@ class ChatScreen(Screen[None]):
     async def backend_ready(self, backend: ChatBackend) -> None:
         """The app loaded and started ``backend``: continue the pending session or start a chat."""
         self.backend = backend
+        self.keeper.backend = backend
         self.state.model = backend.model_name
         self.set_load_status(f"ready · {backend.model_name}")
         if self.pending_session is not None:
