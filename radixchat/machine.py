@@ -1,7 +1,7 @@
 """What this machine is, and what was measured on it before: torch-free, so ``--help`` can say it cheaply.
 
 The engine measures the weights formats once per machine (``radixchat.engine.weights``) and caches the timings
-in ``<cache_dir>/weights-probe.json`` under a key naming the CPU model and the torch version.
+in ``<cache_dir>/weights-probe.json`` under a key naming the CPU model, its vector extensions and the torch version.
 """
 
 from __future__ import annotations
@@ -27,6 +27,25 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown cpu"
 
 
+VECTOR_FLAGS = (
+    "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+    "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve",
+)  # fmt: skip
+
+
+def cpu_isa() -> str:
+    """The vector extensions compiled code and kernels depend on ("avx2 fma ..."): CPU model names do not
+    tell them apart in every VM (one "AMD EPYC" has AVX-512, another does not)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return " ".join(f for f in VECTOR_FLAGS if f in have) or "none"
+    except OSError:
+        pass
+    return platform.machine() or "unknown"
+
+
 def torch_version() -> str:
     try:
         return version("torch")
@@ -35,7 +54,7 @@ def torch_version() -> str:
 
 
 def probe_key() -> str:
-    return f"{cpu_name()} | torch {torch_version()} | v{PROBE_VERSION}"
+    return f"{cpu_name()} [{cpu_isa()}] | torch {torch_version()} | v{PROBE_VERSION}"
 
 
 def read_probes(cache_dir: Path) -> dict[str, Any]:

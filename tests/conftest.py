@@ -18,6 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # and the compiled decode step.
 os.environ.setdefault("RADIXCHAT_WEIGHTS", "float32")
 os.environ.setdefault("RADIXCHAT_COMPILE", "off")
+# Nor do they write KV into the user's cache directory (the store lives in <cache_dir>/kv, next to the
+# converted models the tests share): tests of the store give it a temporary cache directory and turn it on.
+os.environ.setdefault("RADIXCHAT_KV_STORE", "false")
 
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,

@@ -82,6 +82,7 @@ def test_kv_store_settings_reach_the_engine(tmp_path, monkeypatch):
     from radixchat.cli import build_parser, settings_from_args
     from radixchat.engine.engine import engine_config
 
+    monkeypatch.delenv("RADIXCHAT_KV_STORE", raising=False)  # tests/conftest.py turns it off
     on = engine_config(Settings.load({"cache_dir": str(tmp_path)}))
     assert (on.kv_store_dir, on.kv_store_bytes) == (tmp_path / "kv", 2 << 30)
     monkeypatch.setenv("RADIXCHAT_KV_STORE_GIB", "0.5")

@@ -14,7 +14,7 @@ from radixchat.batch.output import Progress, Writer, record
 from radixchat.chat.backend import ChatBackend, TurnResult, grammar_for, sampling_params
 from radixchat.chat.conversation import Conversation
 from radixchat.chat.schema_check import schema_errors
-from radixchat.chat.session import SamplingSettings, conversation_from_session, load_session
+from radixchat.chat.session import SamplingSettings, SessionFile, conversation_from_session, load_session
 from radixchat.chat.session_state import SessionState, ToolChoice
 from radixchat.chat.tool_turn import ToolTurn, run_tool_turn
 from radixchat.chat.tools import Tool, ToolRegistry, allow_listed
@@ -152,11 +152,13 @@ class BatchRunner:
             # Interrupted: the turns already written are saved too, without the one in flight.
             if self.save_dir is not None and written:
                 plan.conv = plan.conv.truncated(kept)
-                self._save(job, spec, plan)
+                self._write(job, plan, plan.session_file(plan.conv, str(spec.id)))
             raise
         if self.save_dir is not None:
             plan.conv = plan.conv.truncated(kept)  # without a failed turn (its user message included)
-            self._save(job, spec, plan)
+            # In a thread: the KV save waits for the engine's thread (between steps) and for the disk.
+            session = plan.session_file(plan.conv, str(spec.id))
+            await asyncio.to_thread(self._write, job, plan, session, True)
 
     async def _turn(self, plan: Plan, text: str) -> tuple[TurnResult, ToolTurn | None]:
         if plan.mode == "tool":
@@ -180,10 +182,15 @@ class BatchRunner:
         )
         return await self.backend.reply(plan.conv, plan.params, grammar).result(), None
 
-    def _save(self, job: Job, spec: BatchLine, plan: Plan) -> None:
-        name = str(spec.id)
+    def _write(self, job: Job, plan: Plan, session: SessionFile, kv: bool = False) -> None:
+        """Write the line's session; with ``kv``, then its KV (best effort: a failure is one line on
+        stderr, and the run's exit code does not change). Interrupted runs save the file only."""
+        name = session.name
         try:
-            plan.write(plan.session_file(plan.conv, name), self.save_dir)
+            saved = plan.write(session, self.save_dir, self.backend if kv else None, plan.conv.ids)
         except OSError as exc:
             job.failed = True
             print(f"radixchat: cannot save session {name!r}: {exc}", file=sys.stderr)
+            return
+        if saved.kv_notice:
+            print(f"radixchat: session {name!r} saved; {saved.kv_notice}", file=sys.stderr)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
@@ -69,6 +70,30 @@ class TurnResult:
         app shows under a reply."""
         partial = bool(self.message.meta.get("partial"))
         return decorate_footer(self.footer(), self.finish_reason, self.error, partial)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKV:
+    """What a backend's KV store holds for one owner (a saved session), or what a save stored."""
+
+    tokens: int  # tokens of the owner's path whose KV is on disk (0: none)
+    bytes: int  # disk bytes those take (blocks shared with other owners count for each)
+    notice: str | None = None  # a save's one-line note on what it could not store (disk full, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedKV:
+    """What ``load_kv`` found: tokens already in the cache, tokens loaded from disk now, and a line per
+    damaged or foreign file skipped (its tokens are computed instead)."""
+
+    cached_tokens: int = 0
+    loaded_tokens: int = 0
+    notices: tuple[str, ...] = ()
+
+
+def kv_owner(session_file: Path) -> str:
+    """The owner name a session's stored KV goes under: its file's absolute path."""
+    return str(Path(session_file).resolve())
 
 
 class Reply(Protocol):
@@ -136,6 +161,38 @@ class ChatBackend(ABC):
     def cached_path(self, ids: Sequence[int]) -> list[int]:
         """Ids of the cache-tree nodes along ``ids`` (to highlight the conversation in the tree panel)."""
         return []
+
+    # -- the KV store on disk: saved sessions come back warm ------------------------------------------
+    # Owners are ``kv_owner(session file)``. All of these block for disk time: call them off the event
+    # loop. A backend without a store (a remote server, the store switched off) keeps these defaults.
+
+    @property
+    def has_kv_store(self) -> bool:
+        """Whether ``save_kv`` stores anything (the sessions browser shows warm sessions only then)."""
+        return False
+
+    def save_kv(self, ids: Sequence[int], owner: str) -> StoredKV | None:
+        """Store the KV of ``ids`` (a saved session's active path) for ``owner``, replacing what it had.
+        Best effort: never raises; ``notice`` says what was not stored. Save the session file first.
+        None: no store here."""
+        return None
+
+    def load_kv(self, ids: Sequence[int]) -> LoadedKV:
+        """Load the longest stored prefix of ``ids`` into the cache (an opened session), so the next
+        turn prefills only what follows. Never raises for a bad file (see ``LoadedKV.notices``)."""
+        return LoadedKV()
+
+    def kv_usage(self) -> dict[str, StoredKV]:
+        """Per owner, the KV on disk for this backend's model (empty: none, or no store)."""
+        return {}
+
+    def delete_kv(self, owner: str) -> int:
+        """Delete ``owner``'s stored KV (a deleted session). Returns the bytes freed."""
+        return 0
+
+    def rename_kv(self, old: str, new: str) -> bool:
+        """Move ``old``'s stored KV to ``new`` (a renamed session). Returns whether there was any."""
+        return False
 
     @abstractmethod
     def totals(self) -> UsageTotals:

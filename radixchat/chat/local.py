@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from radixchat.chat.backend import ChatBackend, TurnResult
+from radixchat.chat.backend import ChatBackend, LoadedKV, StoredKV, TurnResult
 from radixchat.chat.conversation import ChatFormat, Conversation
 from radixchat.chat.modes import Mode, ModeError
 from radixchat.chat.usage import UsageTotals
@@ -238,6 +238,47 @@ class LocalBackend(ChatBackend):
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
+
+    @property
+    def has_kv_store(self) -> bool:
+        return self.engine.kv_store_on
+
+    def save_kv(self, ids: Sequence[int], owner: str) -> StoredKV | None:
+        if not self.has_kv_store:
+            return None
+        r = self.engine.save_kv(ids, owner)
+        return StoredKV(r.tokens, r.written_bytes, r.notice)
+
+    def load_kv(self, ids: Sequence[int]) -> LoadedKV:
+        r = self.engine.load_kv(ids)
+        return LoadedKV(r.cached_tokens, r.loaded_tokens, tuple(r.notices))
+
+    # Usage, delete and rename touch only files: a disk error there is logged and answered as "none",
+    # since the session files they follow have already been handled by then.
+
+    def kv_usage(self) -> dict[str, StoredKV]:
+        try:
+            usage = self.engine.kv_store_usage()
+        except OSError as exc:
+            log.warning("cannot read the KV store: %s", exc)
+            return {}
+        if usage is None:
+            return {}
+        return {owner: StoredKV(u.tokens, u.bytes) for owner, u in usage.owners.items()}
+
+    def delete_kv(self, owner: str) -> int:
+        try:
+            return self.engine.delete_kv(owner)
+        except OSError as exc:
+            log.warning("cannot delete the stored KV of %s: %s", owner, exc)
+            return 0
+
+    def rename_kv(self, old: str, new: str) -> bool:
+        try:
+            return self.engine.rename_kv(old, new)
+        except OSError as exc:
+            log.warning("cannot rename the stored KV of %s: %s", old, exc)
+            return False
 
     def cached_path(self, ids: Sequence[int]) -> list[int]:
         return self.engine.cached_path(ids)

@@ -132,7 +132,7 @@ class BuildSpec:
 
     @property
     def key(self) -> str:
-        from radixchat.machine import cpu_name
+        from radixchat.machine import cpu_isa, cpu_name
 
         parts = json.dumps(
             [
@@ -142,6 +142,7 @@ class BuildSpec:
                 self.ranges,
                 torch.__version__,
                 cpu_name(),
+                cpu_isa(),
                 _source_digest(),
             ],
             sort_keys=True,
@@ -214,7 +215,7 @@ class DecodeGraphs:
     def _load(self, path: Path) -> Any:
         from safetensors.torch import load_file
 
-        graph = torch._inductor.aoti_load_package(str(path))
+        graph = _load_package(path)
         if self._constants is None:
             # remove_duplicate=False: a tied LM head is one tensor under two names, and the graph asks for both.
             self._constants = {
@@ -290,6 +291,17 @@ class DecodeGraphs:
         lock.write_text(str(self._builder.pid))
         atexit.register(self.close)
         log.info("building the compiled decode step in the background (pid %d)", self._builder.pid)
+
+
+def _load_package(path: Path) -> Any:
+    """``torch._inductor.aoti_load_package`` without its device check, which compiles and runs ISA test
+    programs (~1 s at every start) only to warn on a mismatch that our key already rules out."""
+    try:
+        from torch.export.pt2_archive._package import AOTICompiledModel
+
+        return AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1))
+    except (ImportError, AttributeError, TypeError):  # another torch: its public loader
+        return torch._inductor.aoti_load_package(str(path))
 
 
 def _be_nice() -> None:

@@ -400,6 +400,11 @@ class Engine:
     # These block the caller (from async code: ``await asyncio.to_thread(engine.save_kv, ids, name)``).
     # Pool and tree work runs on the engine's thread between steps; file I/O runs on the caller's.
 
+    @property
+    def kv_store_on(self) -> bool:
+        """Whether the KV store is in use (the setting is on and its directory was usable)."""
+        return self.core.kv_tier is not None
+
     def save_kv(self, ids: Sequence[int], owner: str) -> KVSaveResult:
         """Store on disk, for ``owner`` (e.g. a session file's path), the KV of the longest prefix of ``ids`` that is
         in the pool or already stored; it replaces what ``owner`` had saved before.

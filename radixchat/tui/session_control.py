@@ -54,14 +54,18 @@ class SessionControl:
 
     async def write(self, name: str, replaces: Path | None = None) -> Path | None:
         """Save the open session as ``name`` (then remove ``replaces``); on failure notify and return None."""
+        before = self.host.keeper.kv_notice
         try:
-            return await self.host.keeper.write(name, replaces)
+            path = await self.host.keeper.write(name, replaces)
         except (OSError, ValueError) as exc:
             self.host.notify(f"cannot save session '{name}': {exc}", title="Save failed", severity="error")
             return None
+        self.kv_notice(before)
+        return path
 
     async def autosave(self) -> None:
         """After each completed turn: save under the session's name (made up the first time)."""
+        before = self.host.keeper.kv_notice
         try:
             saved = await self.host.keeper.autosave()
         except (OSError, ValueError) as exc:
@@ -69,7 +73,14 @@ class SessionControl:
             self.host.notify(f"cannot save session '{name}': {exc}", title="Save failed", severity="error")
             saved = True
         if saved:
+            self.kv_notice(before)
             self.host.update_status()
+
+    def kv_notice(self, before: str | None) -> None:
+        """Say (once, as a warning) that the last save stored the session but not all its KV."""
+        notice = self.host.keeper.kv_notice
+        if notice and notice != before:
+            self.host.notify(notice, title="KV store", severity="warning", timeout=4)
 
     async def save(self, ask: bool = False) -> None:
         """Save, asking for a name the first time (or with ``ask``); a made-up name is renamed, not copied.
@@ -121,7 +132,8 @@ class SessionControl:
                 return
             await self.open(session)
 
-        host.app.push_screen(SessionsScreen(self.folder, s.session_name, renamed, deleted), chosen)
+        screen = SessionsScreen(self.folder, s.session_name, renamed, deleted, backend=host.backend)
+        host.app.push_screen(screen, chosen)
 
     async def open(self, session: SessionFile) -> None:
         """Show ``session``; once the backend is ready, continue it and warm the cache with its history."""
@@ -143,14 +155,16 @@ class SessionControl:
                     "Its history is re-tokenized for this model, and the next save records the new model."
                 )
                 await host.transcript.add(Note(note, "info"))
-            warmed = warm(backend, conv)
-            if warmed:
-                host.notify(
-                    f"Prefilling {warmed} tokens of history in the background", title=session.name, timeout=3
-                )
         host.prompt.prompts = PromptHistory([m.content for m in session.messages if m.role == "user"])
         await host.probe_mode()
         host.update_status()
+        if backend is not None and s.conv is not None:
+            # After the window shows the session: the stored KV is read off the event loop meanwhile.
+            warmed = await warm(backend, s.conv)
+            for notice in warmed.loaded.notices:
+                host.notify(notice, title="KV store", severity="warning")
+            if warmed.tokens:
+                host.notify(warmed.summary(), title=session.name, timeout=3)
         host.refresh_panels()
 
     def check_tools(self) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from radixchat.chat.backend import ChatBackend, kv_owner
 from radixchat.chat.session import SessionFile, atomic_write_text, load_session, save_session, session_path
 from radixchat.chat.usage import footer_from_meta
 from radixchat.errors import SessionError
@@ -25,11 +26,17 @@ from radixchat.tui.tools import call_signature
 
 class SessionKeeper:
     """Saves the open session (the active branch and the others) into ``folder``, one write at a time:
-    an autosave still in flight must not land after a rename removed its file."""
+    an autosave still in flight must not land after a rename removed its file.
+
+    Once the app has a ``backend``, each save also stores the KV of the active branch's tokens in its
+    KV store (after the file, best effort), so the session reopens warm; ``kv_notice`` is the last
+    save's one line on KV it could not store."""
 
     def __init__(self, state: ChatState, folder: Path) -> None:
         self.state = state
         self.folder = Path(folder)
+        self.backend: ChatBackend | None = None  # set when the backend is ready
+        self.kv_notice: str | None = None
         self._lock = asyncio.Lock()
 
     def has_turns(self) -> bool:
@@ -40,9 +47,15 @@ class SessionKeeper:
         """Save as ``name`` (then remove ``replaces``: a rename). Raises OSError / ValueError."""
         async with self._lock:
             session = self.state.to_session(name)
-            path = await asyncio.to_thread(self.state.write, session, self.folder)
+            conv, backend = self.state.conv, self.backend
+            ids = conv.ids if conv is not None else []
+            saved = await asyncio.to_thread(self.state.write, session, self.folder, backend, ids)
+            path = saved.path
             if replaces is not None and replaces.resolve() != path.resolve():
                 replaces.unlink(missing_ok=True)
+                if backend is not None:
+                    await asyncio.to_thread(backend.delete_kv, kv_owner(replaces))
+            self.kv_notice = saved.kv_notice
         return path
 
     async def autosave(self) -> bool:

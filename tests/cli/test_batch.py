@@ -119,6 +119,12 @@ def test_usage_errors_exit_2(tmp_path):
     assert proc.returncode == 2 and "need --batch" in proc.stderr
     proc = run(["--batch", "-", "--top-p", "7"], stdin="{}")
     assert proc.returncode == 2 and "invalid setting 'top_p'" in proc.stderr
+    proc = run(["--batch", "-", "--weights", "int3"], stdin="{}")
+    assert proc.returncode == 2 and "invalid setting 'weights'" in proc.stderr and "'int4'" in proc.stderr
+    # A compact format runs on the CPU only: said before any model loads, naming what can run.
+    proc = run(["--batch", "-", "--weights", "int4", "--device", "cuda"], stdin="{}")
+    assert proc.returncode == 2 and "weights format 'int4' cannot run" in proc.stderr
+    assert "choose one of: auto, float32" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_model_load_failure_exits_3_and_leaves_the_output_file_alone(tmp_path):
@@ -169,6 +175,34 @@ def test_saved_sessions_continue_in_a_new_run(tmp_path):
     assert cont["messages"][2]["token_ids"] == saved["messages"][2]["token_ids"]
     # The continued session keeps what it was saved with; the new line's values win.
     assert (cont["sampling"]["seed"], cont["sampling"]["max_tokens"]) == (7, 10)
+
+
+def test_a_continued_session_is_warm_from_the_kv_store_and_replies_the_same(tmp_path, smol_dir):
+    cache = tmp_path / "cache"  # a cache directory of its own (the KV store is <cache_dir>/kv) ...
+    cache.mkdir()
+    (cache / "models").symlink_to(smol_dir.parent)  # ... sharing the converted model
+    env = {"RADIXCHAT_CACHE_DIR": str(cache), "RADIXCHAT_KV_STORE": "true"}
+    sessions = tmp_path / "sessions"
+    rows = [{"id": "s1", "system": SYSTEM, "turns": ["Name a fruit and its colour."], "max_tokens": 24}]
+    proc = run(
+        ["--batch", str(write_jsonl(tmp_path / "a.jsonl", rows)), "--save-sessions", str(sessions)], env=env
+    )
+    assert proc.returncode == 0 and "KV" not in proc.stderr, proc.stderr
+    u1 = records(proc.stdout)[0]["usage"]
+    assert list((cache / "kv").rglob("*.safetensors"))  # the session's KV went beside it
+
+    again = write_jsonl(
+        tmp_path / "b.jsonl", [{"id": "s1b", "session": str(sessions / "s1.json"), "turns": ["Another one."]}]
+    )
+    warm = records(run(["--batch", str(again)], env=env).stdout)[0]
+    # A new process: the history came from disk, so only the new turn (and one token) is prefilled.
+    assert warm["usage"]["cached_tokens"] == u1["prompt_tokens"] + u1["completion_tokens"] - 1
+    cold = records(run(["--batch", str(again)], env={**env, "RADIXCHAT_KV_STORE": "false"}).stdout)[0]
+    assert cold["usage"]["cached_tokens"] == 0
+    assert (
+        warm["reply"] == cold["reply"]
+        and warm["usage"]["completion_tokens"] == cold["usage"]["completion_tokens"]
+    )
 
 
 def test_session_for_another_model_is_an_error_record(tmp_path):

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from textual import events
 
-from radixchat.chat.backend import ChatBackend, TurnResult
+from radixchat.chat.backend import ChatBackend, LoadedKV, StoredKV, TurnResult
 from radixchat.chat.conversation import ChatFormat, Conversation
 from radixchat.chat.remote import CACHE_TREE_NOTE
 from radixchat.chat.remote_link import RemoteTotals
@@ -208,7 +208,7 @@ class FakeReply:
 class FakeBackend(ChatBackend):
     model_name = "fake-model"
 
-    def __init__(self, script: Script | None = None) -> None:
+    def __init__(self, script: Script | None = None, kv: dict[str, list[int]] | None = None) -> None:
         self.fmt = ChatFormat(CharTokenizer())
         self.script = script or Script()
         self.trie = FakeTrie()
@@ -216,6 +216,9 @@ class FakeBackend(ChatBackend):
         self.counts = [0, 0, 0]  # prompt tokens, cached tokens, replies
         self.warmed: list[list[int]] = []
         self.grammars: list[Any] = []
+        self.kv: dict[str, list[int]] | None = kv  # None: no KV store (as a remote backend)
+        self.kv_full = False
+        self.loads: list[int] = []  # tokens each load_kv found stored
 
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
         return Conversation(self.fmt, system=system, tools=tools)
@@ -270,6 +273,46 @@ class FakeBackend(ChatBackend):
     def totals(self) -> UsageTotals:
         prompt, cached, replies = self.counts
         return UsageTotals(replies, prompt, cached, 0, replies, cached / prompt if prompt else 0.0)
+
+    # A KV store in memory (``kv``: owner -> ids stored, shared between fakes as a disk would be):
+    # 1,000 bytes a token; ``kv_full`` makes saves fail as a full disk does (a notice, never an error).
+    @property
+    def has_kv_store(self) -> bool:
+        return self.kv is not None
+
+    def save_kv(self, ids: Sequence[int], owner: str) -> StoredKV | None:
+        if self.kv is None:
+            return None
+        if self.kv_full:
+            return StoredKV(0, 0, "KV not saved: No space left on device")
+        self.kv[owner] = list(ids)
+        return StoredKV(len(ids), len(ids) * 1000)
+
+    def load_kv(self, ids: Sequence[int]) -> LoadedKV:
+        best = 0
+        for stored in (self.kv or {}).values():
+            n = 0
+            while n < min(len(stored), len(ids)) and stored[n] == ids[n]:
+                n += 1
+            best = max(best, n)
+        cached = self.trie.prefix_len(ids)
+        if best > cached:
+            self.trie.insert(list(ids[:best]))
+        self.loads.append(best)
+        return LoadedKV(cached, max(0, best - cached))
+
+    def kv_usage(self) -> dict[str, StoredKV]:
+        return {o: StoredKV(len(ids), len(ids) * 1000) for o, ids in (self.kv or {}).items()}
+
+    def delete_kv(self, owner: str) -> int:
+        ids = (self.kv or {}).pop(owner, None)
+        return 0 if ids is None else len(ids) * 1000
+
+    def rename_kv(self, old: str, new: str) -> bool:
+        if self.kv is None or old not in self.kv:
+            return False
+        self.kv[new] = self.kv.pop(old)
+        return True
 
 
 def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
@@ -354,7 +397,7 @@ class FakeRemoteBackend(FakeBackend):
     base_url = "http://gpu-box:30000/v1"
 
     def __init__(self, script: Script | None = None) -> None:
-        super().__init__(script)
+        super().__init__(script, kv=None)
         self.remote_totals = RemoteTotals()
         self.cache_tree_note = CACHE_TREE_NOTE.format(url=self.base_url)
         self.usage: tuple[int | None, int | None] = (None, None)  # what the server reports next

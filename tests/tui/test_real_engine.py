@@ -172,3 +172,51 @@ async def test_a_schema_with_unenforceable_keywords_asks_and_runs_leniently(smol
         broke = any(t == "The reply breaks the schema" for t, _ in notices)
         assert broke == (len(set(items)) != len(items))
         await pilot.press("ctrl+q")
+
+
+async def test_a_reopened_session_comes_back_warm_from_disk_and_replies_the_same(smol, tui_env):
+    """Two app runs over one KV store directory (as two launches of radixchat): the second opens the
+    session saved by the first, loads its KV instead of prefilling, marks those nodes in the cache tree,
+    and its greedy reply equals an app run with no store at all."""
+    from radixchat.chat.session import load_session, session_path
+
+    settings = Settings.load({"sessions_dir": str(tui_env / "sessions"), "temperature": 0, "max_tokens": 12})
+
+    def app_with(kv_dir, session):
+        engine = Engine(smol[0], EngineConfig(kv_pool_tokens=4096, kv_store_dir=kv_dir, debug=True))
+        backend = LocalBackend(engine)
+        app = RadixChatApp(
+            settings, backend_factory=lambda s, p: backend, panel_interval=None, session=session
+        )
+        return app, backend
+
+    kv_dir = tui_env / "kv"
+    app, _ = app_with(kv_dir, "rivers")
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "Name a long river in Africa.")
+        history = len(app.chat.state.conv.ids)
+        await pilot.press("ctrl+q")
+    saved = load_session(session_path(settings.sessions_dir, "rivers"))
+
+    replies = []
+    for store in (kv_dir, None):
+        app, backend = app_with(store, saved)
+        async with app.run_test(size=TERMINAL) as pilot:
+            await ready(app, pilot)
+            # the history is in the tree (loaded, or prefilled in the background)
+            await wait_until(lambda b=backend: b.stats().tree_tokens >= history - 1, pilot=pilot, timeout=60)
+            await say(app, pilot, "How long is it?")
+            usage = app.chat.state.conv.messages[-1].meta["usage"]
+            replies.append(app.chat.state.conv.messages[-1].content)
+            stats = backend.stats()
+            await app.chat.refresh_panels_now()
+            labels = [str(n.label) for n in app.query_one(CacheTree).root.children]
+            await pilot.press("ctrl+q")
+        if store is not None:
+            assert stats.kv_loaded_tokens == history - 1  # the history came from disk ...
+            assert usage["cached_tokens"] >= history - 1
+            assert any("↓" in label for label in labels)  # ... and the tree panel says so
+        else:
+            assert stats.kv_loaded_tokens == 0 and not any("↓" in label for label in labels)
+    assert replies[0] == replies[1]

@@ -74,7 +74,7 @@ async def test_a_saved_session_opens_with_its_history_settings_and_a_warm_cache(
             "to Lisbon",
         ]
         assert app2.chat.state.conv.ids == ids and app2.chat.state.sampling.temperature == 0.2
-        assert second.warmed == [ids]
+        await wait_until(lambda: second.warmed == [ids], pilot=pilot)
         assert app2.chat.state.session_name == "trip"
         await pilot.press("up")
         assert app2.chat.prompt.text == "to Lisbon"  # the prompt history came along
@@ -102,7 +102,8 @@ async def test_a_session_from_another_model_opens_re_tokenized_with_a_note(make_
         assert all(
             not m.token_ids for m in app.chat.state.conv.messages
         )  # the other tokenizer's ids are dropped
-        assert fake.warmed and fake.fmt.decode(fake.warmed[0]).startswith("<|im_start|>user\nhello")
+        await wait_until(lambda: bool(fake.warmed), pilot=pilot)
+        assert fake.fmt.decode(fake.warmed[0]).startswith("<|im_start|>user\nhello")
         await say(app, pilot, "again")
         assert app.chat.state.conv.messages[-1].meta["usage"]["cached_tokens"] > 0
         await wait_until(

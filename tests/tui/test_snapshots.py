@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import radixchat.tui.screens.chat as chat_screen
+from radixchat.chat.backend import kv_owner
 from radixchat.chat.modes import ModeError
 from radixchat.chat.session import SessionFile, atomic_write_text, session_path
 from radixchat.tui.app import RadixChatApp
@@ -198,5 +199,7 @@ def test_session_browser(snap_compare, settings, tui_env, monkeypatch, utc):
         await wait_until(lambda: len(getattr(app.screen, "entries", [])) == 3, pilot=pilot)
         await pilot.pause()
 
-    app = app_for(settings)
+    # one session is warm: its KV is on disk (1,000 bytes a token in the fake's store)
+    warm = {kv_owner(session_path(settings.sessions_dir, "trip-to-lisbon")): list(range(2400))}
+    app = app_for(settings, backend=FakeBackend(replies(), kv=warm))
     assert snap_compare(app, terminal_size=WIDE, run_before=run_before)

@@ -59,7 +59,7 @@ def test_the_installed_command_chats_switches_mode_saves_and_quits(tmux, tmp_pat
     exit_file = tmp_path / "exit-code"
     env = f"XDG_CONFIG_HOME={shlex.quote(str(tmp_path / 'config'))} HF_HUB_OFFLINE=1 TERM=xterm-256color"
     cmd = (
-        f"cd {shlex.quote(str(tmp_path))} && env {env} {shlex.quote(str(RADIXCHAT))} --kv-pool-tokens 4096 "
+        f"cd {shlex.quote(str(tmp_path))} && env {env} {shlex.quote(str(RADIXCHAT))} --kv-pool-tokens 4096 --no-kv-store "
         f"--max-tokens 24 --temperature 0 --sessions-dir sessions; echo $? > {shlex.quote(str(exit_file))}"
     )
     tmux.run("new-session", "-d", "-s", tmux.name, "-x", "130", "-y", "40", cmd)

@@ -105,18 +105,20 @@ class KVStore:
     def refresh(self) -> None:
         """Pick up blocks written or deleted by other processes (cheap when nothing changed)."""
         with self._lock:
+            # An unreadable directory (gone, replaced by a file, no permission) reads as unchanged:
+            # the store then finds nothing new, and requests compute their KV as usual.
             try:
                 mtime = self.blocks_dir.stat().st_mtime_ns
+                if mtime == self._seen_mtime:
+                    return
+                names = {
+                    e.name[: -len(SUFFIX)]
+                    for e in os.scandir(self.blocks_dir)
+                    if e.name.endswith(SUFFIX) and not e.name.startswith(".")
+                }
             except OSError:
                 return
-            if mtime == self._seen_mtime:
-                return
             self._seen_mtime = mtime
-            names = {
-                e.name[: -len(SUFFIX)]
-                for e in os.scandir(self.blocks_dir)
-                if e.name.endswith(SUFFIX) and not e.name.startswith(".")
-            }
             for key in set(self._blocks) - names:
                 self._unindex(self._blocks[key])
             for key in names - set(self._blocks):

@@ -1,4 +1,9 @@
-"""The session browser: open, rename, delete, export saved sessions."""
+"""The session browser: open, rename, delete, export saved sessions.
+
+With a backend that has a KV store, a column shows which sessions are warm (their KV is on disk, so
+they reopen without a prefill) and how much disk that takes; deleting a session deletes its KV, renaming
+it moves its KV along.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
+from radixchat.chat.backend import ChatBackend, StoredKV, kv_owner
 from radixchat.chat.session import load_session
 from radixchat.errors import SessionError
 from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
@@ -24,6 +30,7 @@ from radixchat.tui.session_store import (
     markdown_path,
     rename_session,
 )
+from radixchat.tui.widgets.format import human_bytes
 
 
 class SessionsScreen(ModalScreen[Path | None]):
@@ -44,13 +51,17 @@ class SessionsScreen(ModalScreen[Path | None]):
         current: str | None = None,
         on_renamed: Callable[[str, str], None] | None = None,
         on_deleted: Callable[[str], None] | None = None,
+        backend: ChatBackend | None = None,
     ) -> None:
         super().__init__()
         self.sessions_dir = Path(sessions_dir)
         self.current = current
         self.on_renamed = on_renamed
         self.on_deleted = on_deleted
+        # The KV store's backend (None: still loading, or no store): the warm column, KV delete/rename.
+        self.kv = backend if backend is not None and backend.has_kv_store else None
         self.entries: list[SessionEntry] = []
+        self.stored: dict[str, StoredKV] = {}  # by owner (``kv_owner`` of a session file)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="sessions"):
@@ -61,19 +72,29 @@ class SessionsScreen(ModalScreen[Path | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("name", "model", "turns", "last modified")
+        table.add_columns("name", "model", "turns", "last modified", *(["KV on disk"] if self.kv else []))
         self.reload()
+
+    def kv_label(self, e: SessionEntry) -> str:
+        """``warm · 12.3 MiB`` when the session's KV is stored (it reopens without a prefill)."""
+        stored = self.stored.get(kv_owner(e.path))
+        if stored is None or not stored.tokens:
+            return ""
+        return f"warm · {human_bytes(stored.bytes)}"
 
     @work(exclusive=True, group="sessions-list")
     async def reload(self, select: str | None = None) -> None:
         self.entries = await asyncio.to_thread(list_sessions, self.sessions_dir)
+        if self.kv is not None:
+            self.stored = await asyncio.to_thread(self.kv.kv_usage)
         table = self.query_one(DataTable)
         table.clear()
         for e in self.entries:
             name = f"{e.name} ●" if e.name == self.current else e.name
             when = e.modified.astimezone().strftime("%Y-%m-%d %H:%M") if e.modified else ""
             model = "⚠ unreadable" if e.error else e.model
-            table.add_row(name, model, str(e.turns) if not e.error else "", when, key=str(e.path))
+            row = [name, model, str(e.turns) if not e.error else "", when]
+            table.add_row(*row, *([self.kv_label(e)] if self.kv else []), key=str(e.path))
         names = [e.name for e in self.entries]
         if select in names:
             table.move_cursor(row=names.index(select))
@@ -129,6 +150,8 @@ class SessionsScreen(ModalScreen[Path | None]):
         except (SessionError, OSError) as exc:
             self.notify(str(exc), severity="error", title="Rename failed")
             return
+        if self.kv is not None and path.resolve() != e.path.resolve():
+            await asyncio.to_thread(self.kv.rename_kv, kv_owner(e.path), kv_owner(path))
         if e.error:  # only the file moved (as it is): the chat open in the app is not this one
             self.reload(select=path.stem)
             return
@@ -152,6 +175,8 @@ class SessionsScreen(ModalScreen[Path | None]):
         except OSError as exc:
             self.notify(str(exc), severity="error", title="Delete failed")
             return
+        if self.kv is not None:
+            await asyncio.to_thread(self.kv.delete_kv, kv_owner(e.path))
         if self.on_deleted is not None:
             self.on_deleted(e.name)
         self.reload()

@@ -27,7 +27,7 @@ from radixchat.tui.widgets.message_view import MessageView
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 
 _md = MarkdownIt("commonmark")
-STREAM_INTERVAL = 1 / 15  # seconds between Markdown writes while streaming
+STREAM_INTERVAL = 1 / 5  # seconds between Markdown writes while streaming (see stream_from)
 
 
 def code_blocks(markdown: str) -> list[str]:

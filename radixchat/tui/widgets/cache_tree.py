@@ -2,7 +2,8 @@
 
 Each refresh diffs the snapshot against what is drawn: new nodes are added, vanished or re-parented ones
 (a split gives a node a new parent) are removed, and a label is rewritten only when its node's token
-count, snippet, lock state or membership of the current conversation's path changed. Nothing is rebuilt
+count, snippet, lock state, disk origin (``↓``: its KV was loaded from the KV store) or membership of
+the current conversation's path changed. Nothing is rebuilt
 when nothing changed, so the user's cursor and scroll position survive every tick.
 """
 
@@ -51,6 +52,9 @@ class CacheTree(Tree[int]):
         else:
             text.append("○ ", style="dim")
         text.append(f"{v.num_tokens:>4}", style="bold" if in_path else "")
+        # A node whose KV came from the disk store (a saved session, or spilled KV) instead of a prefill.
+        if v.from_disk:
+            text.append(" ↓", style=theme.success or "green")
         text.append(" ")
         style = f"bold {theme.accent}" if in_path else ("" if v.locked else "dim")
         for i, part in enumerate(SPECIAL.split(clean_snippet(v.snippet))):
@@ -73,7 +77,7 @@ class CacheTree(Tree[int]):
                 self._drop(self._drawn[nid])
         touched: set[TreeNode[int]] = set()
         for v in views:
-            sig = (v.num_tokens, v.snippet, v.locked, v.id in on_path)
+            sig = (v.num_tokens, v.snippet, v.locked, v.id in on_path, v.from_disk)
             node = self._drawn.get(v.id)
             if node is None:
                 parent = self.root if v.parent_id is None else self._drawn.get(v.parent_id)
