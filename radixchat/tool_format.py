@@ -52,19 +52,39 @@ def _call(block: str) -> ToolCall | None:
 
 def parse_tool_calls(text: str) -> ToolCallParse:
     """Split a reply into its text and its ``<tool_call>`` blocks. Blocks whose JSON does not parse or
-    lacks a name stay in the text."""
+    lacks a name stay in the text. A block's JSON is read as JSON first, so a string argument may itself
+    contain ``</tool_call>``."""
     calls: list[ToolCall] = []
     kept: list[str] = []
     pos = 0
-    for m in TOOL_BLOCK.finditer(text):
-        call = _call(m.group(1))
-        if call is None:
-            continue
-        calls.append(call)
-        kept.append(text[pos : m.start()])
-        pos = m.end()
+    start = text.find(TOOL_OPEN)
+    while start != -1:
+        end, call = _block_at(text, start)
+        if call is not None:
+            calls.append(call)
+            kept.append(text[pos:start])
+            pos = end
+        start = text.find(TOOL_OPEN, max(end, start + 1))
     kept.append(text[pos:])
     return ToolCallParse("".join(kept).strip(), calls)
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"\s*")
+
+
+def _block_at(text: str, start: int) -> tuple[int, ToolCall | None]:
+    """(where the block opened at ``start`` ends, its call or None)."""
+    body = _SPACE.match(text, start + len(TOOL_OPEN)).end()
+    with contextlib.suppress(ValueError):
+        _, after = _DECODER.raw_decode(text, body)
+        close = _SPACE.match(text, after).end()
+        if text.startswith(TOOL_CLOSE, close):
+            return close + len(TOOL_CLOSE), _call(text[body:after])
+    m = TOOL_BLOCK.match(text, start)  # not JSON up to a closing tag: the old, textual reading
+    if m is None:
+        return start + len(TOOL_OPEN), None
+    return m.end(), _call(m.group(1))
 
 
 def strip_tool_calls(text: str) -> str:

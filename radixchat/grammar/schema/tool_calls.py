@@ -45,12 +45,15 @@ def _text_terminal(lead: bool = False) -> str:
     rest = TOOL_OPEN[1:]
     lt = ((ord("<"), ord("<")),)
     no_lt = ("set", rx.negate(lt))
-    ys = []
+    # The alternatives that go on come before the bare prefixes (which only end a text): the language is
+    # the same, but a backtracking regex engine (Python's, in Lark's lexer) takes the first alternative
+    # that lets the whole pattern match, and would otherwise end the text at a lone "<".
+    diverging, prefixes = [], []
     for i in range(len(rest)):
-        ys.append(rx.lit(rest[:i]))
         diverge = ("set", rx.negate(rx.norm([*lt, (ord(rest[i]), ord(rest[i]))])))
-        ys.append(rx.cat(rx.lit(rest[:i]), diverge, rx.rep(no_lt, 0, None)))
-    y = rx.alt(*ys)
+        diverging.append(rx.cat(rx.lit(rest[:i]), diverge, rx.rep(no_lt, 0, None)))
+        prefixes.append(rx.lit(rest[:i]))
+    y = rx.alt(*diverging, *prefixes)
     first = ("set", rx.negate(rx.norm(list(rx._unicode_category("space")) + list(lt))))
     head = rx.alt(rx.cat(first, rx.rep(no_lt, 0, None)), rx.cat(rx.lit("<"), y))
     text = rx.cat(head, rx.rep(rx.cat(rx.lit("<"), y), 0, None))
