@@ -13,7 +13,6 @@ backend without an engine), refreshed on the app's timer.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,6 @@ from radixchat.tui.widgets.welcome import Welcome
 
 NARROW = 110  # columns below which the side panel hides itself
 MIN_PANELS = 80  # columns below which it cannot be shown at all (it is 44 wide; the chat needs the rest)
-STREAMING_PANEL_INTERVAL = 2.0  # seconds between panel refreshes while a reply streams
 
 
 class ChatScreen(Screen[None]):
@@ -89,7 +87,6 @@ class ChatScreen(Screen[None]):
         self.load_failed = False
         self.turns = TurnControl(self)
         self.turns_finished = 0  # replies fully handled (rendered, autosaved)
-        self._panels_at = 0.0
         self.pending_session: SessionFile | None = session if isinstance(session, SessionFile) else None
         if isinstance(session, str):  # a name with no file yet: a new session by that name
             self.state.session_name = session
@@ -206,13 +203,8 @@ class ChatScreen(Screen[None]):
 
     def refresh_panels(self) -> None:
         panel = self.query_one(SidePanel)
-        if self.backend is None or not panel.display or panel.refreshing:
-            return
-        now = time.monotonic()
-        if self.in_flight is not None and now - self._panels_at < STREAMING_PANEL_INTERVAL:
-            return  # a frame costs the engine decode speed (it needs the GIL between steps): fewer while streaming
-        self._panels_at = now
-        self.run_worker(self.refresh_panels_now(), group="panels", exit_on_error=False)
+        if self.backend is not None and panel.display and panel.due(streaming=self.in_flight is not None):
+            self.run_worker(self.refresh_panels_now(), group="panels", exit_on_error=False)
 
     async def refresh_panels_now(self) -> None:
         if self.backend is not None:
