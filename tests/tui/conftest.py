@@ -337,6 +337,7 @@ class ToolFakeBackend(FakeBackend):
         tools: Any = None,
         tool_choice: Any = "auto",
         lenient: bool = False,
+        max_calls: int = 1,
     ) -> Any:
         self.constraints.append((mode, [t["name"] for t in tools or []], tool_choice))
         return ("grammar", mode)
