@@ -26,6 +26,7 @@ FIELDS = {
     "ttft_ms",
     "decode_tokens_per_s",
     "tool_calls",
+    "tool_notes",
     "schema_errors",
     "error",
 }
