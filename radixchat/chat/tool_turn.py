@@ -103,8 +103,13 @@ async def run_tool_turn(
             # complete block, so parsing left it out). Cancelled or failed replies run nothing.
             if result.finish_reason != "length" or not calls:
                 break
-            if TOOL_OPEN in result.message.content.rsplit(TOOL_CLOSE, 1)[-1]:
+            # A server reports the cut call too, with arguments that stop mid-JSON: drop it as well.
+            whole = [c for c in calls if not _cut_short(c)]
+            if len(whole) < len(calls) or TOOL_OPEN in result.message.content.rsplit(TOOL_CLOSE, 1)[-1]:
                 turn.notes.append("the reply was cut short inside a tool call; that call was dropped")
+            calls = whole
+            if not calls:
+                break
         if not calls:
             break
         result.message.tool_calls = calls
@@ -126,3 +131,15 @@ async def run_tool_turn(
             choice = "auto"
     assert turn is not None
     return turn
+
+
+def _cut_short(call: dict) -> bool:
+    """A call whose arguments are JSON text that does not parse (a server's call cut by max_tokens)."""
+    args = call.get("arguments")
+    if not isinstance(args, str):
+        return False
+    try:
+        json.loads(args)
+    except ValueError:
+        return True
+    return False

@@ -304,8 +304,10 @@ def test_tool_mode_sends_tools_and_tool_choice(make_backend):
     assert grammar_for(backend, "tool", tools=decls, tool_choice={"name": "calculator"}) == {
         "tools": [{"type": "function", "function": decls[0]}],
         "tool_choice": {"type": "function", "function": {"name": "calculator"}},
+        "parallel_tool_calls": False,  # max_tool_calls = 1 (the default)
     }
     assert grammar_for(backend, "tool", tools=decls)["tool_choice"] == "auto"
+    assert grammar_for(backend, "tool", tools=decls, max_calls=4)["parallel_tool_calls"] is True
     with pytest.raises(ModeError, match="at least one declared tool"):
         grammar_for(backend, "tool", tools=[])
 
