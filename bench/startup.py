@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -29,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from radixchat.machine import cpu_isa, cpu_name
 
 PROMPT_MARK = "Message (Enter sends"
 READY_MARK = "ready ·"
@@ -80,16 +81,6 @@ def medians(command: str, repeats: int) -> tuple[float, float]:
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -110,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         rows, base_prompt = measure(radixchat, args.repeats, args.only)
     finally:
         subprocess.run([*TMUX, "kill-server"], capture_output=True)
-    print(f"## radixchat start-up (median of {args.repeats}; {cpu_model()}, {os.cpu_count()} CPUs)\n")
+    print(
+        f"## radixchat start-up (median of {args.repeats}; {cpu_name()} [{cpu_isa()}], {os.cpu_count()} CPUs)\n"
+    )
     print(f"baseline: an empty Textual app draws its first frame in {base_prompt:.2f} s\n")
     print("| command | prompt usable (s) | vs baseline | backend ready (s) |\n|---|---|---|---|")
     for name, prompt, ready in rows:

@@ -217,18 +217,9 @@ def child(args: argparse.Namespace) -> dict:
 
 
 def cpu_line() -> str:
-    from radixchat.machine import cpu_name
+    from radixchat.machine import cpu_isa, cpu_name
 
-    flags = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags]
-    return f"{cpu_name()}, {os.cpu_count()} cores, {' '.join(isa) or 'no AVX2'}"
+    return f"{cpu_name()} [{cpu_isa()}], {os.cpu_count()} cores"
 
 
 def main(argv: list[str] | None = None) -> int:
