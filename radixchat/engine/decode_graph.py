@@ -315,11 +315,11 @@ def _spec_dict(spec: BuildSpec) -> dict[str, Any]:
 # -- the builder process ----------------------------------------------------------------------------------
 
 
-def _example(streams: int, lm: Any) -> tuple[Any, ...]:
-    slots = 8
-    shape = (slots, lm.num_kv_heads, lm.head_dim)
-    k = [torch.zeros(shape, dtype=lm.dtype) for _ in range(lm.num_layers)]
-    v = [torch.zeros(shape, dtype=lm.dtype) for _ in range(lm.num_layers)]
+def _example(streams: int, shape: Any) -> tuple[Any, ...]:
+    """Example inputs for the export (``shape``: a ``KVShape``); 8 pool slots, a 4-token context."""
+    slots = (8, shape.num_kv_heads, shape.head_dim)
+    k = [torch.zeros(slots, dtype=shape.dtype) for _ in range(shape.num_layers)]
+    v = [torch.zeros(slots, dtype=shape.dtype) for _ in range(shape.num_layers)]
     ids = torch.zeros((1, streams), dtype=torch.int64)
     return (
         ids,
@@ -351,7 +351,7 @@ def compile_graphs(model: nn.Module, ranges: list[tuple[int, int]], out_dir: Pat
 
     config = model.config
     heads = config.num_attention_heads
-    lm = KVShape(
+    shape = KVShape(
         config.num_hidden_layers,
         getattr(config, "num_key_value_heads", None) or heads,
         getattr(config, "head_dim", None) or config.hidden_size // heads,
@@ -361,7 +361,7 @@ def compile_graphs(model: nn.Module, ranges: list[tuple[int, int]], out_dir: Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = Dim("context", min=2, max=MAX_CONTEXT_DIM)
     pool = Dim("slots", min=2, max=MAX_SLOTS_DIM)
-    pools = [{0: pool}] * lm.num_layers
+    pools = [{0: pool}] * shape.num_layers
     with torch.inference_mode():
         for lo, hi in ranges:
             target = out_dir / package_name(lo, hi)
@@ -374,7 +374,7 @@ def compile_graphs(model: nn.Module, ranges: list[tuple[int, int]], out_dir: Pat
                 s = Dim("streams", min=lo, max=hi)
                 dims = ({1: s}, {1: s}, {0: s}, {0: s, 1: ctx}, {0: s}, pools, pools)
             started = time.perf_counter()
-            program = torch.export.export(step, _example(lo, lm), dynamic_shapes=dims, strict=False)
+            program = torch.export.export(step, _example(lo, shape), dynamic_shapes=dims, strict=False)
             tmp = out_dir / f".tmp-{os.getpid()}-{target.name}"  # inductor wants a name ending in .pt2
             with _recording_inductor_constants() as made:
                 torch._inductor.aoti_compile_and_package(

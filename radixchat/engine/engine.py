@@ -38,7 +38,6 @@ from radixchat.engine.request import (
     Usage,
 )
 from radixchat.engine.stats import EngineStats, LastRequest, TreeNodeView
-from radixchat.engine.weights import describe_weights
 from radixchat.errors import EngineStoppedError
 
 log = logging.getLogger(__name__)
@@ -384,7 +383,7 @@ class Engine:
             model=self.loaded.name,
             device=str(dev),
             dtype=str(self.loaded.dtype).removeprefix("torch."),
-            weights=describe_weights(self.loaded.weights),
+            weights=self.loaded.weights.name,
             decode_compiled=core.decode_compiled,
             bytes_per_token=pool.shape.bytes_per_token,
             device_allocated=allocated,

@@ -55,10 +55,14 @@ class LoadedModel:
     num_layers: int
     num_kv_heads: int
     head_dim: int
-    # How the linear layers store and multiply their weights ("float32" is the exact path). Part of the
-    # model's identity for anything derived from its outputs (a saved KV cache, say).
-    weights_format: str = "float32"
+    # How the linear layers store and multiply their weights ("float32" is the exact path).
     weights: WeightsPlan = WeightsPlan("float32", {})
+
+    @property
+    def weights_format(self) -> str:
+        """The weights plan's name: part of the model's identity for anything derived from its outputs (a
+        saved KV cache, say)."""
+        return self.weights.name
 
 
 def pick_device(device: str) -> torch.device:
@@ -280,5 +284,4 @@ def load_model(
     model.to(dev).eval()
     loaded = describe_model(model, tokenizer, name, path)
     loaded.weights = apply_weights(model, weights, dev, cache_dir, progress)
-    loaded.weights_format = loaded.weights.name
     return loaded

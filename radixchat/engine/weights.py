@@ -216,11 +216,12 @@ class WeightsPlan:
 
     @property
     def name(self) -> str:
-        """A stable identity of the numerics: the format and every table (part of KV fingerprints)."""
-        if self.format == "float32":
-            return "float32"
+        """``int4 (layers int4≤16 bfloat16, head float16)``: the format and every table. What people see, and
+        a stable identity of the numerics (part of KV fingerprints)."""
+        if not self.tables:
+            return self.format
         return (
-            f"{self.format}[" + "; ".join(f"{g}: {describe_table(t)}" for g, t in self.tables.items()) + "]"
+            f"{self.format} (" + ", ".join(f"{g} {describe_table(t)}" for g, t in self.tables.items()) + ")"
         )
 
     def as_json(self) -> dict:
@@ -411,10 +412,3 @@ def install_plan(model: nn.Module, plan: WeightsPlan) -> None:
             for _, kernel in usable:
                 _pack(layer, kernel)
             _unpack(layer, (k for _, k in usable))
-
-
-def describe_weights(plan: WeightsPlan) -> str:
-    """For people: ``int4 (layers int4≤16 bfloat16, head float16)``."""
-    if not plan.tables:
-        return plan.format
-    return f"{plan.format} (" + ", ".join(f"{g} {describe_table(t)}" for g, t in plan.tables.items()) + ")"

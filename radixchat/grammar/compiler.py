@@ -375,16 +375,9 @@ class CompiledGrammar:
 
     def lark(self):
         """A Lark LALR parser for the same grammar text (for validating outputs in tests and tools)."""
-        import re
-
         import lark
 
-        # Our lexer takes the longest match; Lark's tries terminals in order and takes the first that
-        # matches. Tool mode's free-text terminals (TEXT<n>, and LEAD<n>: text up to the opening tag) are
-        # unbounded, so Lark would try them first and read a lone "<" as text before "<tool_call>".
-        # The lowest priority makes Lark try the tag first, which gives the same reading as ours.
-        text = re.sub(r"^((?:TEXT|LEAD)\d+):", r"\1.-1:", self.text, flags=re.M)
-        return lark.Lark(text, parser="lalr", lexer="contextual", start=self.start)
+        return lark.Lark(self.text, parser="lalr", lexer="contextual", start=self.start)
 
     def stats(self) -> dict:
         return {

@@ -13,6 +13,7 @@ from radixchat.engine import Engine, EngineConfig, SamplingParams
 from radixchat.engine.core import EngineCore
 from radixchat.engine.kvstore.fingerprint import model_fingerprint
 from radixchat.engine.loader import describe_model
+from radixchat.engine.weights import WeightsPlan
 from tests.conftest import build_pair, hf_greedy, tiny_config
 
 
@@ -129,7 +130,12 @@ def test_fingerprint_names_weights_dtype_and_format(tiny_models, smol_tokenizer)
     assert model_fingerprint(same) == fp  # same weights, another object, another name
     assert model_fingerprint(describe(build_pair(tiny_config("llama"), seed=1)[0])) != fp
     assert model_fingerprint(describe(build_pair(tiny_config("llama"), dtype=torch.bfloat16)[0])) != fp
-    assert model_fingerprint(dataclasses.replace(loaded, weights_format="int8")) != fp
+    assert (
+        model_fingerprint(
+            dataclasses.replace(loaded, weights=WeightsPlan("int4", {"layers": ((1 << 62, "int4"),)}))
+        )
+        != fp
+    )
     one_value = build_pair(tiny_config("llama"))[0]
     with torch.no_grad():
         one_value.model.layers[1].self_attn.k_proj.weight[0, 0] += 1.0  # the first value is sampled

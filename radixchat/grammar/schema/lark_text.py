@@ -58,6 +58,7 @@ class LarkWriter:
         self.rules: dict[str, list[list[str]]] = {}
         self.terms: dict[str, str] = {}
         self.where: dict[str, str] = {}
+        self.priorities: dict[str, int] = {}  # terminal -> Lark priority (0 when absent)
         self._n = 0
         self._any = False
 
@@ -72,7 +73,7 @@ class LarkWriter:
     def rule(self, name: str, alts: list[list[str]]) -> None:
         self.rules[name] = alts
 
-    def terminal(self, regex: str, prefix: str = "T", where: str | None = None) -> str:
+    def terminal(self, regex: str, prefix: str = "T", where: str | None = None, priority: int = 0) -> str:
         if regex == jt.STRING_RE:
             self.terms.setdefault(regex, "STRING")
             return "STRING"
@@ -84,6 +85,8 @@ class LarkWriter:
             got = self.terms[regex] = f"{prefix}{len(self.terms)}"
             if where is not None:
                 self.where[got] = where
+            if priority:
+                self.priorities[got] = priority
         return got
 
     def any_value(self) -> str:
@@ -116,7 +119,8 @@ class LarkWriter:
             body = " | ".join(" ".join(a) for a in alts) if alts else ""
             lines.append(f"{name}: {body}")
         for regex, name in self.terms.items():
-            lines.append(f"{name}: {lark_regex(regex)}")
+            priority = f".{self.priorities[name]}" if name in self.priorities else ""
+            lines.append(f"{name}{priority}: {lark_regex(regex)}")
         if ignore_ws:
             lines.append(f"WS: {lark_regex(jt.WS_RE)}")
             lines.append("%ignore WS")

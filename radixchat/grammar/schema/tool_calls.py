@@ -123,7 +123,10 @@ def tool_call_lark(
     most = 1 if chosen is not None else max_calls
     alts: list[list[str]] = []
     if tool_choice in ("auto", "none"):
-        alts.append([w.terminal(_text_terminal(), "TEXT")])
+        # Free text is unbounded: a first-match lexer (Lark's) would try it before the tag and read a
+        # lone "<" as text. The lowest priority makes every lexer try the tag first, as ours (longest
+        # match) reads it anyway.
+        alts.append([w.terminal(_text_terminal(), "TEXT", priority=-1)])
     if calls:
         w.rule("tool_call", [[c] for c in calls])
         w.rule("tool_block", [[f'"{TOOL_OPEN}"', "tool_call", f'"{TOOL_CLOSE}"']])
@@ -135,7 +138,7 @@ def tool_call_lark(
         if tool_choice == "auto":
             # Text, then calls: the text's terminal ends with the opening tag (it cannot contain it
             # before), so the greedy lexer ends it exactly there.
-            lead = w.terminal(_text_terminal(lead=True), "LEAD")
+            lead = w.terminal(_text_terminal(lead=True), "LEAD", priority=-1)
             alts.append([lead, "tool_call", f'"{TOOL_CLOSE}"'])
             if most > 1:
                 alts.append([lead, "tool_call", f'"{TOOL_CLOSE}"', f"tool_calls_{most - 1}"])
