@@ -216,7 +216,7 @@ def random_full_vocab_model(smol_tokenizer):
     return describe_model(model, smol_tokenizer, "tiny-random-49k", Path("."))
 
 
-async def run_turns(loaded, choice, n, temperature=1.0, max_tokens=120):
+async def run_turns(loaded, choice, n, temperature=1.0, max_tokens=120, max_calls=1):
     engine = Engine(loaded, EngineConfig(kv_pool_tokens=8192))
     reg = ToolRegistry()
     tools = reg.select(None)
@@ -237,6 +237,7 @@ async def run_turns(loaded, choice, n, temperature=1.0, max_tokens=120):
                 deny_all,
                 tool_choice=choice,
                 max_rounds=1,
+                max_calls=max_calls,
             )
             out.append((turn, decl_names, reg))
     engine.core.check_integrity()
@@ -289,6 +290,21 @@ async def test_real_model_required_and_none(smol):
             assert_valid_call_round(turn.rounds[0], names, reg)
     for turn, _, _ in await run_turns(smol[0], "none", 2, temperature=0.7, max_tokens=40):
         assert not turn.calls
+
+
+@pytest.mark.real_model
+async def test_real_model_parallel_calls_end_with_a_complete_block_when_the_budget_is_short(smol):
+    """Greedy, the model repeats its call block while it may. At 100 tokens, a second block would have
+    had only its shortest completion left (measured before the rule: ``read_session_notes`` with ``{}``,
+    which runs); the reply must end after the first block instead. At 200 the second one is written."""
+    (short, names, reg), = await run_turns(smol[0], "required", 1, 0.0, max_tokens=100, max_calls=4)
+    first = short.rounds[0]
+    parsed = assert_valid_call_round(first, names, reg)
+    assert first.finish_reason == "stop" and len(parsed.calls) == 1, first.message.content
+    assert first.message.content.rstrip().endswith("</tool_call>") and not short.notes
+    (long, _, _), = await run_turns(smol[0], "required", 1, 0.0, max_tokens=200, max_calls=4)
+    assert long.rounds[0].message.content.count("</tool_call>") >= 2, long.rounds[0].message.content
+    assert long.rounds[0].message.content.startswith(first.message.content.rstrip())
 
 
 @pytest.mark.real_model

@@ -147,3 +147,29 @@ def test_static_tool_call_grammar_file(smol_info, smol_tokenizer):
     assert first_rejection(g, _ids(smol_tokenizer, CALL)) is None
     assert first_rejection(g, _ids(smol_tokenizer, "just text")) is None
     assert json.loads(CALL.split("\n")[1])["name"] == "add"
+
+
+def test_another_block_opens_only_while_the_budget_covers_the_longest_so_far(smol_info, smol_tokenizer):
+    g = compile_tool_call_grammar(TOOLS, smol_info, "required", max_calls=3)
+    eos = sorted(smol_info.eos_ids)
+    m = g.matcher()
+    for t in _ids(smol_tokenizer, "\n" + CALL + "\n"):
+        m.advance(t)
+    block = len(CALL.encode())  # the steering's measure: bytes, tags included
+    roomy = m.allowed(block + 2)  # between blocks, with room for one as long as the first
+    assert roomy.sum() > len(eos) and not m.budget_limited
+    tight = m.allowed(block + 1)
+    assert tight.nonzero().flatten().tolist() == eos and m.budget_limited
+    fork = m.copy()  # copies keep what they measured
+    assert fork.allowed(block + 1).nonzero().flatten().tolist() == eos
+    assert fork.allowed(None).sum() > len(eos)  # no budget: no steering
+    # A tag split across tokens is still seen, and inside a block the rule does not apply: a block that
+    # was opened is finished by the steering, not cut.
+    for t in [smol_tokenizer.convert_tokens_to_ids(c) for c in "<tool"] + _ids(smol_tokenizer, "_call>"):
+        m.advance(t)
+    assert not m.is_accepting()
+    assert not m.allowed(block + 1)[eos].any()
+    longer = CALL.replace('"a": 1', '"a": 123456')
+    for t in _ids(smol_tokenizer, longer[len("<tool_call>") :]):
+        m.advance(t)
+    assert m.allowed(len(longer.encode()) + 1).nonzero().flatten().tolist() == eos  # the longest counts

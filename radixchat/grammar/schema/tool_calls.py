@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import torch
+
 from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN, ToolCall, ToolCallParse, parse_tool_calls
 
 from .. import regex as rx
 from ..compiler import CompiledGrammar
 from ..errors import GrammarError
+from ..matcher import GrammarMatcher
 from . import json_terminals as jt
 from .json_schema import SchemaCompiler
 from .lark_text import LarkWriter
@@ -152,4 +156,81 @@ def compile_tool_call_grammar(
     """Compile the tool-call grammar for the declared ``tools`` (OpenAI-style dicts or plain
     ``{"name", "description", "parameters"}``). See the module docstring for ``tool_choice``."""
     text = tool_call_lark(tools, tool_choice, lenient=lenient, max_calls=max_calls)
-    return CompiledGrammar(text, info, source="<tool calls>", glr=True)
+    return ToolCallGrammar(text, info, source="<tool calls>", glr=True)
+
+
+class ToolCallGrammar(CompiledGrammar):
+    """A tool-call grammar whose matchers close the reply between blocks when the budget left is
+    shorter than the longest block so far (see ``ToolCallMatcher``)."""
+
+    def matcher(self) -> ToolCallMatcher:
+        return ToolCallMatcher(self)
+
+
+_OPEN, _CLOSE = TOOL_OPEN.encode(), TOOL_CLOSE.encode()
+
+
+class ToolCallMatcher(GrammarMatcher):
+    """A grammar matcher that knows where call blocks begin and end.
+
+    Budget steering alone keeps every block it lets the model open finishable, but only by its
+    *shortest* completion: a model that opens another block with too little budget left for the call it
+    means to write is squeezed into a minimal one (``{"name": "now", "arguments": {}}``) that then runs.
+    So between blocks, a new one may open only while the budget left covers the longest block written
+    so far, measured as the steering measures completions (in bytes, a bound on tokens); otherwise only
+    EOS is allowed and the reply ends with its complete calls.
+    """
+
+    __slots__ = ("_tail", "_taken", "_opened_at", "_longest")
+
+    def __init__(self, grammar: CompiledGrammar) -> None:
+        super().__init__(grammar)
+        self._tail = b""  # the last bytes taken (a tag may span tokens)
+        self._taken = 0  # bytes taken so far
+        self._opened_at: int | None = None  # where the current block's opening tag began (bytes taken)
+        self._longest = 0  # bytes of the longest complete block, its tags included
+
+    def allowed(self, remaining: int | None = None) -> torch.Tensor:
+        mask = super().allowed(remaining)
+        if (
+            remaining is None
+            or self._longest == 0
+            or self._opened_at is not None
+            or self.finished
+            or remaining - 2 >= self._longest  # as budget_mask: EOS and one token of slack
+            or not self.is_accepting()
+        ):
+            return mask
+        only_eos = np.zeros(self.grammar.info.vocab_size, dtype=bool)
+        only_eos[list(self._eos)] = True
+        tensor, _ = self.grammar.info.intern_mask(only_eos)
+        self.budget_limited = tensor is not mask
+        return tensor
+
+    def advance(self, token_id: int) -> None:
+        super().advance(token_id)
+        data = None if self.finished else self.grammar.token_bytes(int(token_id))
+        if not data:
+            return
+        seen = self._tail + data
+        base = self._taken - len(self._tail)  # bytes taken before seen[0]
+        pos = 0
+        while True:
+            tag = _CLOSE if self._opened_at is not None else _OPEN
+            at = seen.find(tag, pos)
+            if at < 0 or at + len(tag) <= len(self._tail):  # tags that ended earlier were seen then
+                break
+            if self._opened_at is None:
+                self._opened_at = base + at
+            else:
+                self._longest = max(self._longest, base + at + len(tag) - self._opened_at)
+                self._opened_at = None
+            pos = at + len(tag)
+        self._taken += len(data)
+        self._tail = seen[-(len(_CLOSE) - 1) :]
+
+    def copy(self) -> ToolCallMatcher:
+        m = ToolCallMatcher.__new__(ToolCallMatcher)
+        for name in (*GrammarMatcher.__slots__, *ToolCallMatcher.__slots__):
+            setattr(m, name, getattr(self, name))
+        return m
