@@ -297,12 +297,12 @@ async def test_real_model_parallel_calls_end_with_a_complete_block_when_the_budg
     """Greedy, the model repeats its call block while it may. At 100 tokens, a second block would have
     had only its shortest completion left (measured before the rule: ``read_session_notes`` with ``{}``,
     which runs); the reply must end after the first block instead. At 200 the second one is written."""
-    (short, names, reg), = await run_turns(smol[0], "required", 1, 0.0, max_tokens=100, max_calls=4)
+    ((short, names, reg),) = await run_turns(smol[0], "required", 1, 0.0, max_tokens=100, max_calls=4)
     first = short.rounds[0]
     parsed = assert_valid_call_round(first, names, reg)
     assert first.finish_reason == "stop" and len(parsed.calls) == 1, first.message.content
     assert first.message.content.rstrip().endswith("</tool_call>") and not short.notes
-    (long, _, _), = await run_turns(smol[0], "required", 1, 0.0, max_tokens=200, max_calls=4)
+    ((long, _, _),) = await run_turns(smol[0], "required", 1, 0.0, max_tokens=200, max_calls=4)
     assert long.rounds[0].message.content.count("</tool_call>") >= 2, long.rounds[0].message.content
     assert long.rounds[0].message.content.startswith(first.message.content.rstrip())
 
