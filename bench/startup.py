@@ -13,6 +13,10 @@ Three commands, measured in the same run:
 - ``baseline``: an empty Textual app drawing the same prompt text: the floor of any Textual app here
   (Python start-up, importing Textual, the first frame). Ratios are against it.
 
+radixchat's modules are byte-compiled first, as an installed package is (``scripts/setup.sh`` does the
+same): where ``PYTHONDONTWRITEBYTECODE`` is set, an editable install would otherwise compile every
+module at every start.
+
 Run: ``python -m bench.startup [--repeats N] [--only local|remote]`` (needs tmux).
 """
 
@@ -114,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 def measure(radixchat: str, repeats: int, only: str | None) -> tuple[list[tuple[str, float, float]], float]:
     """(command, prompt usable, backend ready) rows, and the baseline's first frame."""
     rows: list[tuple[str, float, float]] = []
+    package = Path(__file__).resolve().parents[1] / "radixchat"
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True, capture_output=True)
     with tempfile.TemporaryDirectory() as tmp:
         floor = Path(tmp) / "floor.py"
         floor.write_text(BASELINE_APP)

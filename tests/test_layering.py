@@ -248,6 +248,18 @@ def test_importing_the_app_and_batch_mode_does_not_import_torch():
     assert out.strip() == "[]"
 
 
+def test_the_first_frame_loads_no_modal_screen():
+    """Start-up (issue 12: ``--backend URL`` to a usable prompt in <= 0.5 s) imports only what the chat
+    screen draws: the dialogs and screens that open on a key load when they open."""
+    modal = [
+        f"radixchat.tui.screens.{m}"
+        for m in ("branches", "dialogs", "schema", "sessions", "settings", "tools")
+    ]
+    code = f"import sys, radixchat.cli, radixchat.tui.app; print(sorted(m for m in {modal!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_no_tui_module_imports_torch_directly():
     for path in TUI.rglob("*.py"):
         text = path.read_text()

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,18 +214,19 @@ class DecodeGraphs:
             self.state = f"failed: the builder process exited with {self._builder.returncode}"
 
     def _load(self, path: Path) -> Any:
-        from safetensors.torch import load_file
+        from safetensors import safe_open
 
         graph = _load_package(path)
         if self._constants is None:
-            # remove_duplicate=False: a tied LM head is one tensor under two names, and the graph asks for both.
-            self._constants = {
-                **dict(self.step.named_parameters(remove_duplicate=False)),
-                **dict(self.step.named_buffers(remove_duplicate=False)),
-            }
+            self._constants = module_tensors(self.step)
         # Tensors the trace lifted that are neither parameters nor buffers (small: RoPE frequencies, say).
-        lifted = load_file(str(path.with_suffix(".constants.safetensors")))
-        constants = {**self._constants, **lifted}
+        # The serving model's own tensors are never read from the file (packages built before this was
+        # so carry copies of the non-persistent weight buffers: reading them doubled memory and start-up).
+        constants = dict(self._constants)
+        with safe_open(str(path.with_suffix(".constants.safetensors")), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 (a safetensors file, not a dict: it has no __iter__)
+                if name not in constants:
+                    constants[name] = f.get_tensor(name)
         graph.load_constants(
             {name: constants[name] for name in graph.get_constant_fqns()},
             check_full_update=True,
@@ -293,15 +295,44 @@ class DecodeGraphs:
         log.info("building the compiled decode step in the background (pid %d)", self._builder.pid)
 
 
+def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and buffers by name (remove_duplicate=False: a tied LM head is one tensor under two
+    names, and a graph asks for both). Non-persistent buffers (the weights formats' copies) included."""
+    return {
+        **dict(module.named_parameters(remove_duplicate=False)),
+        **dict(module.named_buffers(remove_duplicate=False)),
+    }
+
+
 def _load_package(path: Path) -> Any:
     """``torch._inductor.aoti_load_package`` without its device check, which compiles and runs ISA test
     programs (~1 s at every start) only to warn on a mismatch that our key already rules out."""
     try:
         from torch.export.pt2_archive._package import AOTICompiledModel
 
-        return AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1))
+        return AOTICompiledModel(
+            torch._C._aoti.AOTIModelPackageLoader(str(_unpacked(path)), "model", False, 1, -1)
+        )
     except (ImportError, AttributeError, TypeError):  # another torch: its public loader
         return torch._inductor.aoti_load_package(str(path))
+
+
+def _unpacked(path: Path) -> Path:
+    """The package's files, unpacked once beside it. The loader would otherwise extract the archive into a
+    new ``/tmp/aotinductor_*`` at every start, removed only when it is destroyed: a process that is killed
+    or exits without collecting it left ~5 MB in /tmp per start."""
+    out = path.with_suffix(".unpacked")
+    if not out.is_dir():
+        tmp = path.parent / f".tmp-{os.getpid()}-{out.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(path) as archive:
+            archive.extractall(tmp)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process unpacked it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    roots = [p for p in out.iterdir() if p.is_dir()]
+    return roots[0] if len(roots) == 1 else out  # the archive's one top folder is the package
 
 
 def _be_nice() -> None:
@@ -385,7 +416,12 @@ def compile_graphs(model: nn.Module, ranges: list[tuple[int, int]], out_dir: Pat
             # The package holds code only; parameters and buffers come from the serving model. The few small
             # tensors the export lifted (RoPE frequencies) or inductor made (int4 group sizes) are saved beside
             # it, written first: the package's appearance tells a serving engine the graph is complete.
-            lifted = {name: t for name, t in program.constants.items() if isinstance(t, torch.Tensor)}
+            own = module_tensors(step)  # export lifts non-persistent buffers into constants too
+            lifted = {
+                name: t
+                for name, t in program.constants.items()
+                if isinstance(t, torch.Tensor) and name not in own
+            }
             lifted |= made
             constants_tmp = out_dir / f".tmp-{os.getpid()}-constants"
             save_file({name: t.detach().contiguous() for name, t in lifted.items()}, str(constants_tmp))

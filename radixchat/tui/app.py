@@ -55,7 +55,8 @@ class RadixChatApp(App[int]):
         self.apply_look()
 
     def on_chat_shown(self, event: ChatShown) -> None:
-        self.load_backend()
+        # After the first frame: the loader's imports (openai, torch) would hold the GIL while it draws.
+        self.call_after_refresh(self.load_backend)
         if self.panel_interval:
             self.set_interval(self.panel_interval, self.chat.refresh_panels)
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from radixchat.chat.schema_check import schema_errors, unenforced_keywords
 from radixchat.tui.host import ChatHost
-from radixchat.tui.screens.dialogs import ConfirmDialog
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -47,6 +46,8 @@ def offer_lenient(host: LenientHost, problem: str) -> bool:
         f"{problem}\n\nRun this schema leniently? The grammar enforces what it can; each reply is then "
         "checked against the whole schema and what it breaks is shown."
     )
+    from radixchat.tui.screens.dialogs import ConfirmDialog  # on first use: not needed for the first frame
+
     host.app.push_screen(ConfirmDialog(question, yes="Run leniently"), answer)
     return True
 

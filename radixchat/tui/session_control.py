@@ -16,17 +16,16 @@ from radixchat.chat.session import SamplingSettings, SessionFile, load_session, 
 from radixchat.errors import SessionError
 from radixchat.tui.backend import warm
 from radixchat.tui.host import ChatHost
-from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
-from radixchat.tui.screens.sessions import SessionsScreen
-from radixchat.tui.screens.settings import FIELDS, SettingsScreen
-from radixchat.tui.screens.tools import ToolSetup, ToolsScreen
 from radixchat.tui.state import Branch, auto_session_name, display_messages, rerendered
 from radixchat.tui.tools import choice_label, command_of
 from radixchat.tui.widgets.note import Note
 from radixchat.tui.widgets.prompt import PromptHistory
 
+# The dialogs and screens below are imported where they open: the first frame needs none of them, and
+# loading them up front costs ~40 ms of the start-up (tests/test_layering.py keeps it so).
 if TYPE_CHECKING:
     from radixchat.chat.modes import Mode
+    from radixchat.tui.screens.tools import ToolSetup
     from radixchat.tui.session_store import SessionKeeper
     from radixchat.tui.widgets.welcome import Welcome
 
@@ -91,6 +90,8 @@ class SessionControl:
         name = s.session_name
         old = None
         if ask or name is None or s.auto_named:
+            from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
+
             app = host.app
             chosen = await app.push_screen_wait(NameDialog("Save session as", name or auto_session_name()))
             if not chosen:
@@ -131,6 +132,8 @@ class SessionControl:
                 host.notify(str(exc), title="Cannot open", severity="error")
                 return
             await self.open(session)
+
+        from radixchat.tui.screens.sessions import SessionsScreen
 
         screen = SessionsScreen(self.folder, s.session_name, renamed, deleted, backend=host.backend)
         host.app.push_screen(screen, chosen)
@@ -213,6 +216,8 @@ class SessionControl:
         host.notify(f"Exported to {path}", title="Markdown")
 
     def edit_settings(self) -> None:
+        from radixchat.tui.screens.settings import FIELDS, SettingsScreen
+
         host = self.host
         defaults = {name: getattr(host.settings, name) for name in FIELDS}
 
@@ -244,6 +249,8 @@ class SessionControl:
 
     def edit_tools(self) -> None:
         """Tool mode's screen: the tools offered and tool_choice (saved with the session)."""
+        from radixchat.tui.screens.tools import ToolsScreen
+
         host, s = self.host, self.host.state
 
         async def done(setup: ToolSetup | None) -> None:

@@ -3,17 +3,24 @@ for one stream and for several, and the engine really decodes with it once it is
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
+from safetensors import safe_open
 
 from radixchat.engine import decode_graph as G
 from radixchat.engine.core import EngineConfig, EngineCore
 from radixchat.engine.loader import describe_model
 from radixchat.engine.request import SamplingParams
-from radixchat.engine.weights import apply_weights
+from radixchat.engine.weights import WeightsPlan, apply_weights, install_plan, kernel_unavailable
 from tests.conftest import build_pair, hf_greedy, tiny_config
 
 CPU = torch.device("cpu")
+
+
+def _no_builder(*_args, **_kwargs):
+    raise AssertionError("the graphs were built already: no builder may start")
 
 
 def test_compiled_decode_matches_generate_and_is_used(tmp_path, smol_tokenizer, monkeypatch):
@@ -30,10 +37,7 @@ def test_compiled_decode_matches_generate_and_is_used(tmp_path, smol_tokenizer, 
     # Build in this process (the engine would start a background builder), where the engine will look.
     G.compile_graphs(model, spec.ranges, tmp_path / "compiled" / spec.key)
 
-    def no_builder(*_args, **_kwargs):
-        raise AssertionError("the graphs were built already: no builder may start")
-
-    monkeypatch.setattr(G.DecodeGraphs, "_start_builder", no_builder)
+    monkeypatch.setattr(G.DecodeGraphs, "_start_builder", _no_builder)
     core = EngineCore(lm, cfg)
     assert core.decode_compiled == "ready"
     graphs = core.runner.decode_graphs
@@ -56,3 +60,34 @@ def test_compiled_decode_matches_generate_and_is_used(tmp_path, smol_tokenizer, 
             assert r.output_ids == hf_greedy(ref, p, 12)
     assert 1 in calls and 3 in calls  # both graphs decoded
     core.check_integrity()
+
+
+def test_a_package_holds_no_copy_of_the_model_s_own_tensors(tmp_path, smol_tokenizer, monkeypatch):
+    """The weights formats keep their copies as non-persistent buffers, which the export lifts into its
+    constants: a package must not save them again (they were 335 MB per graph for the default model, read
+    at every start and held twice in memory); the graph takes the serving model's own tensors."""
+    model, _ = build_pair(tiny_config("llama"))
+    if why := G.compile_unavailable(model, CPU):
+        pytest.skip(why)
+    if kernel_unavailable("bfloat16", CPU):
+        pytest.skip("no bfloat16 kernel on this machine")
+    plan = WeightsPlan("bfloat16", {"layers": ((64, "bfloat16"), (1 << 62, "float32"))})
+    install_plan(model, plan)
+    own = G.module_tensors(G.DecodeStep(model))
+    assert any(name.endswith(".w_bfloat16") for name in own)  # the format's copies are buffers
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    lm = replace(describe_model(model, smol_tokenizer, "tiny-llama", model_dir), weights=plan)
+    spec = G.BuildSpec(str(model_dir), "float32", plan.as_json(), G.stream_ranges(plan.tables, 1))
+    out = tmp_path / "compiled" / spec.key
+    G.compile_graphs(model, spec.ranges, out)
+    with safe_open(str(out / "decode-1-1.constants.safetensors"), framework="pt") as f:
+        saved = set(f.keys())  # noqa: SIM118 (a safetensors file, not a dict)
+    assert not saved & set(own), sorted(saved & set(own))[:5]
+    monkeypatch.setattr(G.DecodeGraphs, "_start_builder", _no_builder)
+    cfg = EngineConfig(kv_pool_tokens=1024, max_running_requests=1, compile="on", cache_dir=tmp_path)
+    core = EngineCore(lm, cfg)  # one stream at most: the one graph built is all it needs
+    req = core.make_request([5, 9, 2, 7], SamplingParams(max_tokens=6, ignore_eos=True))
+    core.run_until_done([req])
+    assert core.decode_compiled == "ready" and len(req.output_ids) == 6
+    assert (out / "decode-1-1.unpacked").is_dir()  # unpacked once beside the package, not into /tmp

@@ -38,8 +38,6 @@ from radixchat.tui.messages import (
     RegenerateRequested,
     TurnFinished,
 )
-from radixchat.tui.screens.branches import BranchesScreen
-from radixchat.tui.screens.schema import SchemaScreen
 from radixchat.tui.session_control import SessionControl
 from radixchat.tui.session_store import SessionKeeper
 from radixchat.tui.state import ChatState, display_messages
@@ -271,6 +269,8 @@ class ChatScreen(Screen[None]):
                 )
                 self.run_worker(self.action_set_mode("json"))
 
+        from radixchat.tui.screens.schema import SchemaScreen  # modal screens load where they open
+
         self.app.push_screen(SchemaScreen(self.state.schema), done)
 
     # -- tools --------------------------------------------------------------------------------------------
@@ -351,6 +351,8 @@ class ChatScreen(Screen[None]):
         async def done(index: int | None) -> None:
             if index is not None:
                 await self.switch_branch(index)
+
+        from radixchat.tui.screens.branches import BranchesScreen
 
         self.app.push_screen(BranchesScreen(self.state.branches, self.state.active), done)
 
