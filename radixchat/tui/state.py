@@ -176,6 +176,7 @@ class ChatState(SessionState):
         self.session_name = session.name
         self.auto_named = False
         self.system_prompt = session.system_prompt
+        self.lenient = False  # agreed for the schema it was asked about: another session's asks again
         self.allowed_tools.clear()
         self.hit_history.clear()
         self.editing = None

@@ -3,6 +3,7 @@ that breaks mid-reply, and panels fed from ``backend.totals`` instead of engine 
 
 from __future__ import annotations
 
+from radixchat.chat.session import SessionFile
 from radixchat.chat.usage import footer_from_meta
 from radixchat.tui.state import ChatState
 from radixchat.tui.widgets.cache_tree import CacheTree
@@ -92,3 +93,14 @@ def test_record_turn_takes_unreported_counts():
     assert list(state.hit_history) == [] and state.last_hit is None
     state.record_turn(100, 40)
     assert list(state.hit_history) == [0.4] and state.last_hit == 0.4
+
+
+def test_opening_a_session_does_not_carry_lenient_json_mode_over():
+    """Lenient JSON mode is agreed for one schema: a session opened next (with its own schema) asks again,
+    and its tool permissions start empty."""
+    state = ChatState()
+    state.lenient, state.allowed_tools = True, {"shout"}
+    schema = {"type": "array", "uniqueItems": True}
+    state.adopt(SessionFile(name="other", model="m", mode="json", schema=schema))
+    assert state.lenient is False and not state.allowed_tools
+    assert state.mode == "json" and state.schema == schema
