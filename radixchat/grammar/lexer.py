@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .dfa import ByteDFA, compile_regex
+from .counted import CountedDFA, compile_terminal
+from .dfa import ByteDFA
 from .errors import GrammarError
 
 MAX_LEXER_STATES = 2_000_000
@@ -31,7 +33,7 @@ class LexerSpace:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.dfas: list[ByteDFA] = []
+        self.dfas: list[ByteDFA | CountedDFA] = []
         self._dfa_ids: dict[str, int] = {}
         self.comps: list[tuple[tuple[int, int], ...]] = [()]
         self._ids: dict[tuple[tuple[int, int], ...], int] = {(): DEAD}
@@ -47,11 +49,12 @@ class LexerSpace:
     # -- DFAs --------------------------------------------------------------------------------------
 
     def dfa_id(self, pattern: str, where: str = "terminal") -> int:
-        """Intern the DFA of a Python regex; equal patterns share one id."""
+        """Intern the DFA of a Python regex (counted where it can be: see ``counted``); equal patterns
+        share one id."""
         got = self._dfa_ids.get(pattern)
         if got is not None:
             return got
-        dfa = compile_regex(pattern, where)
+        dfa = compile_terminal(pattern, where)
         with self.lock:
             got = self._dfa_ids.get(pattern)
             if got is None:
@@ -145,9 +148,20 @@ class LexerSpace:
     def accepting_np(self) -> np.ndarray:
         return self._acc_np
 
-    def describe(self, lex: int) -> tuple[tuple[str, int], ...]:
-        """A process-independent name of a lexer state (for persisted caches)."""
-        return tuple((self.dfas[d].pattern, s) for d, s in self.comps[lex])
+    def describe(self, lex: int) -> tuple:
+        """A process-independent name of a lexer state (for persisted caches): ``(pattern, state)`` per
+        component, where a counted DFA's state is its ``[skeleton state, count]``."""
+        return tuple((self.dfas[d].pattern, _state_key(self.dfas[d], s)) for d, s in self.comps[lex])
+
+    def state_of(self, pattern: str, key) -> tuple[int, int]:
+        """The component ``(dfa id, state)`` that ``describe`` named ``(pattern, key)``."""
+        d = self.dfa_id(pattern)
+        dfa = self.dfas[d]
+        return d, (dfa.state_of(key) if isinstance(dfa, CountedDFA) else int(key))
+
+
+def _state_key(dfa: ByteDFA | CountedDFA, s: int):
+    return dfa.state_key(s) if isinstance(dfa, CountedDFA) else s
 
 
 SPACE = LexerSpace()
@@ -162,13 +176,29 @@ class LexRun:
     - ``cont``: bool[256], bytes that continue the current lexeme. A token whose first byte is not in it
       ends the lexeme before its first byte (possible only if the state is accepting);
     - ``cross``: tokens that end the lexeme after their first byte: ``(pre_state, ids, offsets)``, where
-      the lexeme ends in accepting ``pre_state`` and the token's bytes from ``offset`` on remain.
+      the lexeme ends in accepting ``pre_state`` and the token's bytes from ``offset`` on remain;
+    - ``key``: names the rows of ``cross`` (``key, k`` fix the k-th group's pre state and rows, so caches
+      of what follows them can be shared); ``("x", lex)`` unless runs of several states share groups;
+    - ``finals``: ``inside_final``, or a function computing it when first asked (counted runs: only
+      budget steering and the disk cache read it). Such runs are cheap to derive and not persisted.
     """
 
     inside_ids: np.ndarray
-    inside_final: np.ndarray
+    finals: np.ndarray | Callable[[], np.ndarray]
     cont: np.ndarray
     cross: list[tuple[int, np.ndarray, np.ndarray]]
+    key: tuple = ()
+
+    @property
+    def inside_final(self) -> np.ndarray:
+        f = self.finals
+        if callable(f):
+            f = self.finals = f()
+        return f
+
+    @property
+    def derived(self) -> bool:
+        return self.key[:1] == ("xc",)
 
 
 def run(
@@ -262,7 +292,7 @@ def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray
         for a, b in zip(np.r_[0, cuts], np.r_[cuts, cpre.size]):
             cross.append((int(cpre[a]), cid[a:b], coff[a:b]))
     cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
-    return LexRun(text_ids[inside], final[inside], cont, cross)
+    return LexRun(text_ids[inside], final[inside], cont, cross, ("x", lex))
 
 
 _BYTE = [bytes([b]) for b in range(256)]
@@ -339,7 +369,7 @@ def walk_run(
         for p_state, parts in sorted(groups.items())
     ]
     cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
-    return LexRun(np.concatenate(inside_ids), np.concatenate(inside_final), cont, out_cross)
+    return LexRun(np.concatenate(inside_ids), np.concatenate(inside_final), cont, out_cross, ("x", lex))
 
 
 def groups_by_pre(death: np.ndarray, pre: np.ndarray) -> list[tuple[int, np.ndarray]]:
