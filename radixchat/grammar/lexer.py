@@ -40,10 +40,14 @@ class LexerSpace:
         self.rows: list[list[int] | None] = [[DEAD] * 256]
         self.accepting: list[tuple[int, ...]] = [()]
         self.is_start: list[bool] = [False]
-        self._table = np.zeros((1024, 256), dtype=np.int32)  # rows materialised on demand (``table``)
+        # Rows materialised for vectorised runs (``materialise``), in the order they were needed: the
+        # table grows with the states runs reach, not with every state interned (a counted string
+        # interns a few per character it is given).
+        self._table = np.zeros((1024, 256), dtype=np.int32)
+        self._n_rows = 1  # row 0 is DEAD's
+        self._slot = np.full(1024, -1, dtype=np.int32)  # lexer state -> its row in _table (-1: none yet)
+        self._slot[DEAD] = 0
         self._acc_np = np.zeros(1024, dtype=bool)
-        self._have = np.zeros(1024, dtype=bool)
-        self._have[DEAD] = True
         self.live: list[list[tuple[int, int]] | None] = []  # see ``live_bytes``
 
     # -- DFAs --------------------------------------------------------------------------------------
@@ -114,35 +118,42 @@ class LexerSpace:
             r = self.row(lex)
         return r[byte]
 
-    def table(self, states: np.ndarray) -> np.ndarray:
-        """The numpy transition table, with the rows of ``states`` materialised (lazily: a vocabulary
-        run pays only for the lexer states its tokens reach, never for a big DFA's whole closure)."""
-        if len(self.comps) <= self._have.shape[0] and self._have[states].all():
-            return self._table
-        with self.lock:
-            self._grow()
-            need = np.unique(states[~self._have[states]]).tolist()
-            for s in need:
-                self.row(s)  # may intern new states: grow again before writing
-            self._grow()
-            for s in need:
-                self._table[s] = self.rows[s]
-                self._acc_np[s] = bool(self.accepting[s])
-                self._have[s] = True
-        return self._table
-
-    def _grow(self) -> None:
-        n = len(self.comps)
-        if n <= self._have.shape[0]:
+    def materialise(self, states: np.ndarray) -> None:
+        """Make the rows of ``states`` (and their ``accepting_np``) ready for ``next_states`` (lazily: a
+        vocabulary run pays only for the lexer states its tokens reach, never for a DFA's closure)."""
+        if len(self.comps) <= self._slot.shape[0] and (self._slot[states] >= 0).all():
             return
-        cap = max(n, 2 * self._have.shape[0])
-        table = np.zeros((cap, 256), dtype=np.int32)
-        table[: self._table.shape[0]] = self._table
+        with self.lock:
+            self._grow_index()
+            need = np.unique(states[self._slot[states] < 0]).tolist()
+            rows = [self.row(s) for s in need]  # may intern new states: grow again before writing
+            self._grow_index()
+            n = self._n_rows + len(need)
+            if n > self._table.shape[0]:
+                table = np.zeros((max(n, 2 * self._table.shape[0]), 256), dtype=np.int32)
+                table[: self._n_rows] = self._table[: self._n_rows]
+                self._table = table
+            for s, r in zip(need, rows):
+                self._table[self._n_rows] = r
+                self._acc_np[s] = bool(self.accepting[s])
+                self._slot[s] = self._n_rows
+                self._n_rows += 1
+
+    def next_states(self, states: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """The lexer state after byte ``data[i]`` from ``states[i]``, for every i (vectorised)."""
+        self.materialise(states)
+        return self._table[self._slot[states], data]
+
+    def _grow_index(self) -> None:
+        n = len(self.comps)
+        if n <= self._slot.shape[0]:
+            return
+        cap = max(n, 2 * self._slot.shape[0])
+        slot = np.full(cap, -1, dtype=np.int32)
+        slot[: self._slot.shape[0]] = self._slot
         acc = np.zeros(cap, dtype=bool)
         acc[: self._acc_np.shape[0]] = self._acc_np
-        have = np.zeros(cap, dtype=bool)
-        have[: self._have.shape[0]] = self._have
-        self._table, self._acc_np, self._have = table, acc, have
+        self._slot, self._acc_np = slot, acc
 
     @property
     def accepting_np(self) -> np.ndarray:
@@ -227,7 +238,7 @@ def run(
         keep = ~done
         rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
     while rows.size:
-        nxt = SPACE.table(cur)[cur, flat[base + pos]]
+        nxt = SPACE.next_states(cur, flat[base + pos])
         dead = nxt == DEAD
         if dead.any():
             r = rows[dead]
@@ -267,7 +278,7 @@ def _run_scalar(
         out_final.append(DEAD if dead_at >= 0 else cur)
         out_death.append(dead_at)
         out_pre.append(cur if dead_at >= 0 else 0)
-    SPACE.table(np.array(out_pre + [lex], dtype=np.int32))  # accepting_np must know every pre state
+    SPACE.materialise(np.array(out_pre + [lex], dtype=np.int32))  # accepting_np must know every pre state
     return (
         np.array(out_final, dtype=np.int32),
         np.array(out_death, dtype=np.int32),
@@ -279,7 +290,7 @@ def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray
     """Compute the ``LexRun`` of a lexer state over the text tokens ``text_ids`` (all those whose first
     byte can continue the lexeme: the others end it before their first byte, see ``LexRun.cont``)."""
     final, death, pre = run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
-    SPACE.table(np.array([lex], dtype=np.int32))
+    SPACE.materialise(np.array([lex], dtype=np.int32))
     inside = final != DEAD
     acc = SPACE.accepting_np
     crossing = (death >= 1) & acc[pre]
