@@ -47,7 +47,7 @@ class Loop:
     matters), then ``suf``'s states. ``ann[l, b]`` is 1 where the move begins an item of X, 2 where it
     leaves the loop, else 0."""
 
-    __slots__ = ("key", "trans", "ann", "accept", "n_loop", "base_dist", "min_item", "exit_dist")
+    __slots__ = ("key", "trans", "ann", "accept", "n_loop", "base_dist", "min_item", "exit_dist", "moves")
 
     def __init__(self, key: tuple[str, str], x: ByteDFA, suf: ByteDFA) -> None:
         if x.accept[0] or suf.accept[0]:
@@ -86,6 +86,13 @@ class Loop:
         self.base_dist = base  # loop: bytes to finish the current item; suf: bytes to acceptance
         self.min_item = int(x.dist[0])
         self.exit_dist = int(suf.dist[0])
+        # Per state: its distinct moves (target, annotation), the live bytes, and each one's move.
+        self.moves = []
+        for local in range(m):
+            live = trans[local] >= 0
+            codes = trans[local][live].astype(np.int64) * 4 + ann[local][live]
+            uniq, inv = np.unique(codes, return_inverse=True)
+            self.moves.append(([divmod(c, 4) for c in uniq.tolist()], live, inv.reshape(-1)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -190,12 +197,9 @@ class CountedDFA:
         else:
             lp = self.loop
             local = g - self.base
-            codes = lp.trans[local].astype(np.int64) * 4 + lp.ann[local]
-            live = lp.trans[local] >= 0
-            uniq, inv = np.unique(codes[live], return_inverse=True)
-            tgt = np.full(uniq.shape[0], -1, dtype=np.int32)
-            for k, code in enumerate(uniq.tolist()):
-                t, a = divmod(code, 4)
+            moves, live, inv = lp.moves[local]
+            tgt = np.full(len(moves), -1, dtype=np.int32)
+            for k, (t, a) in enumerate(moves):
                 if a == 1:  # begins an item
                     if self.hi is not None and c >= self.hi:
                         continue
@@ -205,7 +209,7 @@ class CountedDFA:
                         tgt[k] = self.state_id((self.base + t, 0))
                 else:
                     tgt[k] = self.state_id(self.after(t, c, 0))
-            out[live] = tgt[inv.reshape(-1)]
+            out[live] = tgt[inv]
         self._rows[s] = out
         return out
 

@@ -96,6 +96,13 @@ class LexerSpace:
         if r is not None:
             return r
         comps = self.comps[lex]
+        if len(comps) == 1:  # one terminal (a string's interior): its DFA's row, renamed
+            d, s = comps[0]
+            targets, inv = np.unique(np.asarray(self.dfas[d].trans[s]), return_inverse=True)
+            ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
+            out = np.array(ids, dtype=np.int64)[inv.reshape(-1)].tolist()
+            self.rows[lex] = out
+            return out
         # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
         cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
         key = ((cols + 1) * _MIX[np.arange(len(comps)) % _MIX.shape[0], None]).sum(axis=0)

@@ -22,6 +22,9 @@ from .errors import GrammarError
 from .lexer import DEAD, SPACE, WIDE, LexRun, lex_run, walk_run
 from .lexer import run as run_rows
 
+#: Version of the names in ``save_cache``'s index (2: counted DFAs' states are ``[skeleton, count]``).
+CACHE_FORMAT = 2
+
 
 def _bytes_to_unicode() -> dict[str, int]:
     """GPT-2's printable stand-ins for bytes, inverted: char -> byte."""
@@ -269,7 +272,7 @@ class TokenizerInfo:
             for j, (_, ids, offs) in enumerate(run.cross):
                 arrays[f"x{k}_{j}"] = ids
                 arrays[f"o{k}_{j}"] = offs
-        meta = {"fingerprint": self.fingerprint, "index": index}
+        meta = {"fingerprint": self.fingerprint, "format": CACHE_FORMAT, "index": index}
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         with open(path, "wb") as f:
             np.savez_compressed(f, **arrays)
@@ -281,6 +284,8 @@ class TokenizerInfo:
             meta = json.loads(bytes(data["meta"]).decode())
             if meta["fingerprint"] != self.fingerprint:
                 raise GrammarError(f"{path}: mask cache was written for a different vocabulary")
+            if meta.get("format") != CACHE_FORMAT:
+                raise GrammarError(f"{path}: mask cache was written by another version (lexer states differ)")
             added = 0
             for k, entry in enumerate(meta["index"]):
                 lex = _intern_description(entry["lex"])

@@ -201,3 +201,7 @@ def test_counted_states_survive_the_disk_cache(smol_info, tmp_path):
     assert smol_info.save_cache(path) > 0
     fresh = TokenizerInfo(smol_info.token_bytes, vocab_size=smol_info.vocab_size, eos_ids=smol_info.eos_ids)
     assert fresh.load_cache(path) > 0
+    g2 = compile_json_schema({"type": "object", "properties": {"s": {"maxLength": 700}}}, fresh, cache=False)
+    m2 = g2.matcher()
+    m2.advance_bytes(b'{"s":"ab')
+    assert np.array_equal(m2.allowed().numpy(), m.allowed().numpy())
