@@ -3,8 +3,8 @@
 A plain DFA of ``X{lo,hi}`` has one copy of X's states per count: a JSON string with ``maxLength``
 10,000 would be tens of thousands of states, each a new lexer state whose token run costs a pass over
 the vocabulary. ``CountedDFA`` keeps the skeleton ``pre · X* · suf`` (a few states) and a counter ``c``
-(items of X begun so far): its states are pairs ``(skeleton state, c)``, numbered lazily as they are
-reached, so a terminal costs what its skeleton costs whatever its bounds. Where the counter lives, the
+(items of X begun so far): its states are pairs ``(skeleton state, c)``, numbered arithmetically and
+built (their rows) only when reached, so a terminal costs what its skeleton costs whatever its bounds. Where the counter lives, the
 token runs are derived from one run of the skeleton per tokenizer (``counted_runs``).
 
 It is used only where the skeleton reads every string of the language in exactly one way (checked
@@ -24,7 +24,6 @@ still accept, since ``lo <= hi``) through the same members: ``trans[s]``, ``rows
 from __future__ import annotations
 
 import functools
-import threading
 
 import numpy as np
 
@@ -114,7 +113,8 @@ class CountedDFA:
     """``pre · X{lo,hi} · suf`` over skeleton states and a count (see the module docstring).
 
     Global skeleton states: ``pre``'s (below ``base``; its accepting states are the head instead),
-    then the loop's local states from ``base`` on. A state is ``(g, c)``; ``c`` is 0 outside the loop."""
+    then the loop's local states from ``base`` on. A state is ``(g, c)``; ``c`` is 0 outside the loop.
+    Its number is ``g + width * c`` (arithmetic: no table of states grows with the text)."""
 
     __slots__ = (
         "pattern",
@@ -123,10 +123,8 @@ class CountedDFA:
         "lo",
         "hi",
         "base",
-        "_ids",
-        "_states",
+        "width",
         "_rows",
-        "_lock",
         "trans",
         "rows",
         "accept",
@@ -136,11 +134,8 @@ class CountedDFA:
     def __init__(self, pattern: str, pre: ByteDFA | None, loop: Loop, lo: int, hi: int | None) -> None:
         self.pattern, self.pre, self.loop, self.lo, self.hi = pattern, pre, loop, lo, hi
         self.base = pre.n_states if pre is not None else 0
-        self._ids: dict[tuple[int, int], int] = {}
-        self._states: list[tuple[int, int]] = []
-        self._rows: list[np.ndarray | None] = []
-        self._lock = threading.Lock()
-        self.state_id((0, 0) if pre is not None else (self.base, 0))
+        self.width = self.base + loop.trans.shape[0]
+        self._rows: dict[int, np.ndarray] = {}
         self.trans = _Lazy(self.row)
         self.rows = _Lazy(lambda s: self.row(s).tolist())
         self.accept = _Lazy(self._accepts)
@@ -149,22 +144,15 @@ class CountedDFA:
     # -- states ------------------------------------------------------------------------------------
 
     def state_id(self, st: tuple[int, int]) -> int:
-        got = self._ids.get(st)
-        if got is None:
-            with self._lock:
-                got = self._ids.get(st)
-                if got is None:
-                    got = self._ids[st] = len(self._states)
-                    self._states.append(st)
-                    self._rows.append(None)
-        return got
+        return st[0] + self.width * st[1]
 
     def state(self, s: int) -> tuple[int, int]:
-        return self._states[s]
+        c, g = divmod(s, self.width)
+        return g, c
 
     def state_key(self, s: int) -> list[int]:
         """A process-independent name of state ``s`` (ids are numbered in the order states are met)."""
-        return list(self._states[s])
+        return list(self.state(s))
 
     def state_of(self, key) -> int:
         g, c = key
@@ -179,15 +167,16 @@ class CountedDFA:
 
     @property
     def n_states(self) -> int:
-        """States numbered so far (reached by a run or a step): never the bound times the item."""
-        return len(self._states)
+        """States whose rows were built so far (those the lexer stepped from): never the bound times
+        the item's states."""
+        return len(self._rows)
 
     def row(self, s: int) -> np.ndarray:
         """Next state for each byte (-1: dead), int32[256]."""
-        r = self._rows[s]
+        r = self._rows.get(s)
         if r is not None:
             return r
-        g, c = self._states[s]
+        g, c = self.state(s)
         out = np.full(256, -1, dtype=np.int32)
         if g < self.base:
             pt = self.pre.trans[g]
@@ -214,11 +203,11 @@ class CountedDFA:
         return out
 
     def _accepts(self, s: int) -> bool:
-        g, _ = self._states[s]
+        g, _ = self.state(s)
         return g >= self.base and bool(self.loop.accept[g - self.base])
 
     def _dist(self, s: int) -> int:
-        g, c = self._states[s]
+        g, c = self.state(s)
         lp = self.loop
         if g < self.base:
             return int(self.pre.dist[g]) + self.lo * lp.min_item + lp.exit_dist
@@ -229,7 +218,7 @@ class CountedDFA:
 
     def in_loop(self, s: int) -> int:
         """The loop-local state of ``s`` if it is in the loop (where the count matters), else -1."""
-        g, _ = self._states[s]
+        g, _ = self.state(s)
         local = g - self.base
         return local if 0 <= local < self.loop.n_loop else -1
 
