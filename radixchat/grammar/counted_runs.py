@@ -38,7 +38,8 @@ class Profile:
     cr_n: np.ndarray
     cr_ex: np.ndarray
     max_n: int
-    selections: dict = field(default_factory=dict)
+    all_rows: np.ndarray
+    selections: dict = field(default_factory=dict)  # (most, least) -> Selection
 
 
 @dataclass(slots=True)
@@ -99,6 +100,7 @@ def profile(
         items[crossing],
         left[crossing],
         int(items.max()) if n_rows else 0,
+        np.arange(int(inside.sum())),
     )
 
 
@@ -108,7 +110,7 @@ def _select(p: Profile, cls: tuple[int, int]) -> Selection:
         return got
     most, least = cls  # items a token may begin; items a token that leaves the loop must have begun
     ok = (p.in_n <= most) & (~p.in_ex | (p.in_n >= least))
-    rows = np.flatnonzero(ok)
+    rows = p.all_rows if ok.all() else np.flatnonzero(ok)  # far from the bounds: no copy
     okc = (p.cr_n <= most) & (~p.cr_ex | (p.cr_n >= least))
     cross = []
     if okc.any():
@@ -116,7 +118,7 @@ def _select(p: Profile, cls: tuple[int, int]) -> Selection:
         for q in np.unique(cpre).tolist():
             sel = cpre == q
             cross.append((q, cid[sel], coff[sel]))
-    got = p.selections[cls] = Selection(p.in_ids[rows], rows, cross)
+    got = p.selections[cls] = Selection(p.in_ids if rows is p.all_rows else p.in_ids[rows], rows, cross)
     return got
 
 
