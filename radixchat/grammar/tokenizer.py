@@ -115,6 +115,7 @@ class TokenizerInfo:
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
         self._runs: dict[int, LexRun] = {}
+        self._n_derived = 0  # runs of counted states in _runs (derived, never saved)
         self._profiles: dict[tuple, Profile] = {}  # counted loops: (loop key, local state) -> profile
         #: Interned masks: packed bits -> (tensor, numpy view); one tensor per distinct mask.
         self.masks: dict[bytes, tuple] = {}
@@ -170,8 +171,10 @@ class TokenizerInfo:
     def lexrun(self, lex: int) -> LexRun:
         run = self._runs.get(lex)
         if run is None:
-            live = np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD)
             counted = self._counted(lex)
+            live = (
+                np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD) if counted is None else None
+            )
             if counted is not None:
                 run = counted
             elif live.size <= WIDE:
@@ -182,7 +185,11 @@ class TokenizerInfo:
                 run = lex_run(lex, ids, self.flat, self.starts, self.lens)
             else:
                 run = lex_run(lex, self.text_ids, self.flat, self.starts, self.lens)
-            self._runs[lex] = run
+            with self._lock:
+                if lex not in self._runs:
+                    self._runs[lex] = run
+                    self._n_derived += run.derived
+                run = self._runs[lex]
         return run
 
     def _counted(self, lex: int) -> LexRun | None:
@@ -245,8 +252,9 @@ class TokenizerInfo:
 
     @property
     def cached_states(self) -> int:
-        """How many lexer states the context-independent cache holds."""
-        return len(self._runs)
+        """How many lexer states the context-independent cache holds that ``save_cache`` writes
+        (counted states' runs are derived from their loop's profile, not saved)."""
+        return len(self._runs) - self._n_derived
 
     def save_cache(self, path: str | Path) -> int:
         """Write the context-independent cache (one ``LexRun`` per lexer state seen) to ``path`` (npz).
