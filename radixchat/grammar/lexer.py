@@ -13,6 +13,7 @@ in one numpy table (vectorised runs of the whole vocabulary in ``run``).
 from __future__ import annotations
 
 import threading
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ class LexerSpace:
         self._dfa_ids: dict[str, int] = {}
         self.comps: list[tuple[tuple[int, int], ...]] = [()]
         self._ids: dict[tuple[tuple[int, int], ...], int] = {(): DEAD}
-        self.rows: list[list[int] | None] = [[DEAD] * 256]
+        # Rows as int arrays, not lists: they hold no object references, so Python's collector does not
+        # walk them (a long counted string makes tens of thousands).
+        self.rows: list[array | None] = [array("i", [DEAD] * 256)]
         self.accepting: list[tuple[int, ...]] = [()]
         self.is_start: list[bool] = [False]
         # Rows materialised for vectorised runs (``materialise``), in the order they were needed: the
@@ -90,7 +93,7 @@ class LexerSpace:
         """The lexer state at the start of a lexeme that may be any of these terminals."""
         return self.intern(tuple(sorted((d, 0) for d in set(dfa_ids))))
 
-    def row(self, lex: int) -> list[int]:
+    def row(self, lex: int) -> array:
         """Next lexer state for each byte (DEAD where no terminal survives)."""
         r = self.rows[lex]
         if r is not None:
@@ -100,7 +103,7 @@ class LexerSpace:
             d, s = comps[0]
             targets, inv = np.unique(np.asarray(self.dfas[d].trans[s]), return_inverse=True)
             ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
-            out = np.array(ids, dtype=np.int64)[inv.reshape(-1)].tolist()
+            out = array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes())
             self.rows[lex] = out
             return out
         # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
@@ -115,7 +118,7 @@ class LexerSpace:
         for k in first.tolist():
             col = cols[:, k].tolist()
             ids.append(self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0)))
-        out = np.array(ids, dtype=np.int64)[inv].tolist()
+        out = array("i", np.array(ids, dtype=np.int32)[inv].tobytes())
         self.rows[lex] = out
         return out
 
