@@ -36,7 +36,7 @@ def token_costs(g, stack: tuple[int, ...], lex: int) -> np.ndarray:
         for st2, lex0 in nxt:
             out[sel] = cheapest(out[sel], token_costs(g, st2, lex0)[sel])
     for k, (pre, ids, offs) in enumerate(run.cross):
-        out[ids] = _group_costs(g, stack, pre, ("x", lex, k), ids, offs)
+        out[ids] = _group_costs(g, stack, pre, (run.key, k), ids, offs)
     for tid, data in g.named_special:
         states = g.feed(stack, lex, data)
         if states:

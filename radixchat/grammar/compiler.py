@@ -263,7 +263,7 @@ class CompiledGrammar:
                     lowest = min(lowest, len(st2) - e.depth)
                     mask |= ends & e.mask
         for k, (pre, ids, offs) in enumerate(run.cross):
-            ok, low = self._group_allowed(stack, pre, ("x", lex, k), ids, offs)
+            ok, low = self._group_allowed(stack, pre, (run.key, k), ids, offs)
             lowest = min(lowest, low)
             mask[ok] = True
         for tid, data in self.named_special:

@@ -13,12 +13,15 @@ in one numpy table (vectorised runs of the whole vocabulary in ``run``).
 from __future__ import annotations
 
 import threading
+from array import array
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .dfa import ByteDFA, compile_regex
+from .counted import CountedDFA, compile_terminal
+from .dfa import ByteDFA
 from .errors import GrammarError
 
 MAX_LEXER_STATES = 2_000_000
@@ -31,27 +34,34 @@ class LexerSpace:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.dfas: list[ByteDFA] = []
+        self.dfas: list[ByteDFA | CountedDFA] = []
         self._dfa_ids: dict[str, int] = {}
         self.comps: list[tuple[tuple[int, int], ...]] = [()]
         self._ids: dict[tuple[tuple[int, int], ...], int] = {(): DEAD}
-        self.rows: list[list[int] | None] = [[DEAD] * 256]
+        # Rows as int arrays, not lists: they hold no object references, so Python's collector does not
+        # walk them (a long counted string makes tens of thousands).
+        self.rows: list[array | None] = [array("i", [DEAD] * 256)]
         self.accepting: list[tuple[int, ...]] = [()]
         self.is_start: list[bool] = [False]
-        self._table = np.zeros((1024, 256), dtype=np.int32)  # rows materialised on demand (``table``)
+        # Rows materialised for vectorised runs (``materialise``), in the order they were needed: the
+        # table grows with the states runs reach, not with every state interned (a counted string
+        # interns a few per character it is given).
+        self._table = np.zeros((1024, 256), dtype=np.int32)
+        self._n_rows = 1  # row 0 is DEAD's
+        self._slot = np.full(1024, -1, dtype=np.int32)  # lexer state -> its row in _table (-1: none yet)
+        self._slot[DEAD] = 0
         self._acc_np = np.zeros(1024, dtype=bool)
-        self._have = np.zeros(1024, dtype=bool)
-        self._have[DEAD] = True
         self.live: list[list[tuple[int, int]] | None] = []  # see ``live_bytes``
 
     # -- DFAs --------------------------------------------------------------------------------------
 
     def dfa_id(self, pattern: str, where: str = "terminal") -> int:
-        """Intern the DFA of a Python regex; equal patterns share one id."""
+        """Intern the DFA of a Python regex (counted where it can be: see ``counted``); equal patterns
+        share one id."""
         got = self._dfa_ids.get(pattern)
         if got is not None:
             return got
-        dfa = compile_regex(pattern, where)
+        dfa = compile_terminal(pattern, where)
         with self.lock:
             got = self._dfa_ids.get(pattern)
             if got is None:
@@ -83,12 +93,19 @@ class LexerSpace:
         """The lexer state at the start of a lexeme that may be any of these terminals."""
         return self.intern(tuple(sorted((d, 0) for d in set(dfa_ids))))
 
-    def row(self, lex: int) -> list[int]:
+    def row(self, lex: int) -> array:
         """Next lexer state for each byte (DEAD where no terminal survives)."""
         r = self.rows[lex]
         if r is not None:
             return r
         comps = self.comps[lex]
+        if len(comps) == 1:  # one terminal (a string's interior): its DFA's row, renamed
+            d, s = comps[0]
+            targets, inv = np.unique(np.asarray(self.dfas[d].trans[s]), return_inverse=True)
+            ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
+            out = array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes())
+            self.rows[lex] = out
+            return out
         # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
         cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
         key = ((cols + 1) * _MIX[np.arange(len(comps)) % _MIX.shape[0], None]).sum(axis=0)
@@ -101,7 +118,7 @@ class LexerSpace:
         for k in first.tolist():
             col = cols[:, k].tolist()
             ids.append(self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0)))
-        out = np.array(ids, dtype=np.int64)[inv].tolist()
+        out = array("i", np.array(ids, dtype=np.int32)[inv].tobytes())
         self.rows[lex] = out
         return out
 
@@ -111,43 +128,61 @@ class LexerSpace:
             r = self.row(lex)
         return r[byte]
 
-    def table(self, states: np.ndarray) -> np.ndarray:
-        """The numpy transition table, with the rows of ``states`` materialised (lazily: a vocabulary
-        run pays only for the lexer states its tokens reach, never for a big DFA's whole closure)."""
-        if len(self.comps) <= self._have.shape[0] and self._have[states].all():
-            return self._table
-        with self.lock:
-            self._grow()
-            need = np.unique(states[~self._have[states]]).tolist()
-            for s in need:
-                self.row(s)  # may intern new states: grow again before writing
-            self._grow()
-            for s in need:
-                self._table[s] = self.rows[s]
-                self._acc_np[s] = bool(self.accepting[s])
-                self._have[s] = True
-        return self._table
-
-    def _grow(self) -> None:
-        n = len(self.comps)
-        if n <= self._have.shape[0]:
+    def materialise(self, states: np.ndarray) -> None:
+        """Make the rows of ``states`` (and their ``accepting_np``) ready for ``next_states`` (lazily: a
+        vocabulary run pays only for the lexer states its tokens reach, never for a DFA's closure)."""
+        if len(self.comps) <= self._slot.shape[0] and (self._slot[states] >= 0).all():
             return
-        cap = max(n, 2 * self._have.shape[0])
-        table = np.zeros((cap, 256), dtype=np.int32)
-        table[: self._table.shape[0]] = self._table
+        with self.lock:
+            self._grow_index()
+            need = np.unique(states[self._slot[states] < 0]).tolist()
+            rows = [self.row(s) for s in need]  # may intern new states: grow again before writing
+            self._grow_index()
+            n = self._n_rows + len(need)
+            if n > self._table.shape[0]:
+                table = np.zeros((max(n, 2 * self._table.shape[0]), 256), dtype=np.int32)
+                table[: self._n_rows] = self._table[: self._n_rows]
+                self._table = table
+            for s, r in zip(need, rows):
+                self._table[self._n_rows] = r
+                self._acc_np[s] = bool(self.accepting[s])
+                self._slot[s] = self._n_rows
+                self._n_rows += 1
+
+    def next_states(self, states: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """The lexer state after byte ``data[i]`` from ``states[i]``, for every i (vectorised)."""
+        self.materialise(states)
+        return self._table[self._slot[states], data]
+
+    def _grow_index(self) -> None:
+        n = len(self.comps)
+        if n <= self._slot.shape[0]:
+            return
+        cap = max(n, 2 * self._slot.shape[0])
+        slot = np.full(cap, -1, dtype=np.int32)
+        slot[: self._slot.shape[0]] = self._slot
         acc = np.zeros(cap, dtype=bool)
         acc[: self._acc_np.shape[0]] = self._acc_np
-        have = np.zeros(cap, dtype=bool)
-        have[: self._have.shape[0]] = self._have
-        self._table, self._acc_np, self._have = table, acc, have
+        self._slot, self._acc_np = slot, acc
 
     @property
     def accepting_np(self) -> np.ndarray:
         return self._acc_np
 
-    def describe(self, lex: int) -> tuple[tuple[str, int], ...]:
-        """A process-independent name of a lexer state (for persisted caches)."""
-        return tuple((self.dfas[d].pattern, s) for d, s in self.comps[lex])
+    def describe(self, lex: int) -> tuple:
+        """A process-independent name of a lexer state (for persisted caches): ``(pattern, state)`` per
+        component, where a counted DFA's state is its ``[skeleton state, count]``."""
+        return tuple((self.dfas[d].pattern, _state_key(self.dfas[d], s)) for d, s in self.comps[lex])
+
+    def state_of(self, pattern: str, key) -> tuple[int, int]:
+        """The component ``(dfa id, state)`` that ``describe`` named ``(pattern, key)``."""
+        d = self.dfa_id(pattern)
+        dfa = self.dfas[d]
+        return d, (dfa.state_of(key) if isinstance(dfa, CountedDFA) else int(key))
+
+
+def _state_key(dfa: ByteDFA | CountedDFA, s: int):
+    return dfa.state_key(s) if isinstance(dfa, CountedDFA) else s
 
 
 SPACE = LexerSpace()
@@ -162,13 +197,29 @@ class LexRun:
     - ``cont``: bool[256], bytes that continue the current lexeme. A token whose first byte is not in it
       ends the lexeme before its first byte (possible only if the state is accepting);
     - ``cross``: tokens that end the lexeme after their first byte: ``(pre_state, ids, offsets)``, where
-      the lexeme ends in accepting ``pre_state`` and the token's bytes from ``offset`` on remain.
+      the lexeme ends in accepting ``pre_state`` and the token's bytes from ``offset`` on remain;
+    - ``key``: names the rows of ``cross`` (``key, k`` fix the k-th group's pre state and rows, so caches
+      of what follows them can be shared); ``("x", lex)`` unless runs of several states share groups;
+    - ``finals``: ``inside_final``, or a function computing it when first asked (counted runs: only
+      budget steering and the disk cache read it). Such runs are cheap to derive and not persisted.
     """
 
     inside_ids: np.ndarray
-    inside_final: np.ndarray
+    finals: np.ndarray | Callable[[], np.ndarray]
     cont: np.ndarray
     cross: list[tuple[int, np.ndarray, np.ndarray]]
+    key: tuple = ()
+
+    @property
+    def inside_final(self) -> np.ndarray:
+        f = self.finals
+        if callable(f):
+            f = self.finals = f()
+        return f
+
+    @property
+    def derived(self) -> bool:
+        return self.key[:1] == ("xc",)
 
 
 def run(
@@ -197,7 +248,7 @@ def run(
         keep = ~done
         rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
     while rows.size:
-        nxt = SPACE.table(cur)[cur, flat[base + pos]]
+        nxt = SPACE.next_states(cur, flat[base + pos])
         dead = nxt == DEAD
         if dead.any():
             r = rows[dead]
@@ -237,7 +288,7 @@ def _run_scalar(
         out_final.append(DEAD if dead_at >= 0 else cur)
         out_death.append(dead_at)
         out_pre.append(cur if dead_at >= 0 else 0)
-    SPACE.table(np.array(out_pre + [lex], dtype=np.int32))  # accepting_np must know every pre state
+    SPACE.materialise(np.array(out_pre + [lex], dtype=np.int32))  # accepting_np must know every pre state
     return (
         np.array(out_final, dtype=np.int32),
         np.array(out_death, dtype=np.int32),
@@ -249,7 +300,7 @@ def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray
     """Compute the ``LexRun`` of a lexer state over the text tokens ``text_ids`` (all those whose first
     byte can continue the lexeme: the others end it before their first byte, see ``LexRun.cont``)."""
     final, death, pre = run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
-    SPACE.table(np.array([lex], dtype=np.int32))
+    SPACE.materialise(np.array([lex], dtype=np.int32))
     inside = final != DEAD
     acc = SPACE.accepting_np
     crossing = (death >= 1) & acc[pre]
@@ -262,7 +313,7 @@ def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray
         for a, b in zip(np.r_[0, cuts], np.r_[cuts, cpre.size]):
             cross.append((int(cpre[a]), cid[a:b], coff[a:b]))
     cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
-    return LexRun(text_ids[inside], final[inside], cont, cross)
+    return LexRun(text_ids[inside], final[inside], cont, cross, ("x", lex))
 
 
 _BYTE = [bytes([b]) for b in range(256)]
@@ -339,7 +390,7 @@ def walk_run(
         for p_state, parts in sorted(groups.items())
     ]
     cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
-    return LexRun(np.concatenate(inside_ids), np.concatenate(inside_final), cont, out_cross)
+    return LexRun(np.concatenate(inside_ids), np.concatenate(inside_final), cont, out_cross, ("x", lex))
 
 
 def groups_by_pre(death: np.ndarray, pre: np.ndarray) -> list[tuple[int, np.ndarray]]:

@@ -20,10 +20,17 @@ from collections import deque
 from itertools import combinations
 
 from .compiler import read_grammar
+from .counted import CountedDFA
 from .dfa import ByteDFA
 from .lalr import Terminal, build_tables
 from .lexer import SPACE
 from .regex import has_right_context
+
+
+def _plain(d: int) -> ByteDFA:
+    """The plain DFA of terminal DFA ``d`` (a counted one is walked state by state here)."""
+    dfa = SPACE.dfas[d]
+    return dfa.plain() if isinstance(dfa, CountedDFA) else dfa
 
 
 def _line(text: str, name: str) -> int:
@@ -109,7 +116,7 @@ def lint_grammar(source, *, start: str = "start", max_states: int = 2000) -> lis
                 continue
             seen.add((a, b))
             ta, tb = terms[a], terms[b]
-            da, db = SPACE.dfas[ta.dfa], SPACE.dfas[tb.dfa]
+            da, db = _plain(ta.dfa), _plain(tb.dfa)
             if ta.priority == tb.priority and ta.is_str == tb.is_str:
                 both = _overlap(da, db)
                 if both is not None:
@@ -119,9 +126,9 @@ def lint_grammar(source, *, start: str = "start", max_states: int = 2000) -> lis
                     )
                     continue
             first, second = sorted((ta, tb), key=_lark_order)
-            if second.literal is not None and SPACE.dfas[first.dfa].matches(second.literal.encode()):
+            if second.literal is not None and _plain(first.dfa).matches(second.literal.encode()):
                 continue  # Lark's "unless": the literal wins on an exact match, as in our lexer
-            p = _prefix_conflict(SPACE.dfas[first.dfa], SPACE.dfas[second.dfa])
+            p = _prefix_conflict(_plain(first.dfa), _plain(second.dfa))
             if p is not None:
                 problems.append(
                     f"{name}:{_line(text, first.name)}: terminal {first.name} matches {p!r}, which "
@@ -134,7 +141,7 @@ def lint_grammar(source, *, start: str = "start", max_states: int = 2000) -> lis
                 "byte lexer does not enforce right context"
             )
     for ig in tables.ignore:
-        if _unbounded(SPACE.dfas[terms[ig].dfa]):
+        if _unbounded(_plain(terms[ig].dfa)):
             problems.append(
                 f"{name}:{_line(text, ig)}: %ignore {ig} matches unbounded runs; bound it "
                 "(e.g. /[ \\t]|\\r?\\n[ \\t]{0,20}/)"

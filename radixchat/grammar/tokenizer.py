@@ -16,9 +16,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .counted import CountedDFA
+from .counted_runs import Profile, counted_run, profile
 from .errors import GrammarError
 from .lexer import DEAD, SPACE, WIDE, LexRun, lex_run, walk_run
 from .lexer import run as run_rows
+
+#: Version of the names in ``save_cache``'s index (2: counted DFAs' states are ``[skeleton, count]``).
+CACHE_FORMAT = 2
 
 
 def _bytes_to_unicode() -> dict[str, int]:
@@ -110,6 +115,8 @@ class TokenizerInfo:
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
         self._runs: dict[int, LexRun] = {}
+        self._n_derived = 0  # runs of counted states in _runs (derived, never saved)
+        self._profiles: dict[tuple, Profile] = {}  # counted loops: (loop key, local state) -> profile
         #: Interned masks: packed bits -> (tensor, numpy view); one tensor per distinct mask.
         self.masks: dict[bytes, tuple] = {}
         self._ends_first: dict[int, np.ndarray] = {}
@@ -164,8 +171,13 @@ class TokenizerInfo:
     def lexrun(self, lex: int) -> LexRun:
         run = self._runs.get(lex)
         if run is None:
-            live = np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD)
-            if live.size <= WIDE:
+            counted = self._counted(lex)
+            live = (
+                np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD) if counted is None else None
+            )
+            if counted is not None:
+                run = counted
+            elif live.size <= WIDE:
                 run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
             elif live.size <= 64:
                 b = self._first_bounds
@@ -173,8 +185,33 @@ class TokenizerInfo:
                 run = lex_run(lex, ids, self.flat, self.starts, self.lens)
             else:
                 run = lex_run(lex, self.text_ids, self.flat, self.starts, self.lens)
-            self._runs[lex] = run
+            with self._lock:
+                if lex not in self._runs:
+                    self._runs[lex] = run
+                    self._n_derived += run.derived
+                run = self._runs[lex]
         return run
+
+    def _counted(self, lex: int) -> LexRun | None:
+        """The run of a lexer state that is one counted DFA inside its loop, derived from the loop's
+        profile (see ``counted_runs``); None for any other state."""
+        comps = SPACE.comps[lex]
+        if len(comps) != 1:
+            return None
+        d, s = comps[0]
+        dfa = SPACE.dfas[d]
+        if not isinstance(dfa, CountedDFA):
+            return None
+        local = dfa.in_loop(s)
+        if local < 0:
+            return None
+        key = (dfa.loop.key, local)
+        prof = self._profiles.get(key)
+        if prof is None:
+            prof = self._profiles[key] = profile(
+                dfa.loop, local, self._by_first, self._first_bounds, self.flat, self.starts, self.lens
+            )
+        return counted_run(d, dfa, s, local, prof)
 
     def ends_first_mask(self, lex: int, run: LexRun) -> np.ndarray:
         """bool[vocab_size]: the text tokens whose first byte cannot continue the lexeme of ``lex``."""
@@ -215,8 +252,9 @@ class TokenizerInfo:
 
     @property
     def cached_states(self) -> int:
-        """How many lexer states the context-independent cache holds."""
-        return len(self._runs)
+        """How many lexer states the context-independent cache holds that ``save_cache`` writes
+        (counted states' runs are derived from their loop's profile, not saved)."""
+        return len(self._runs) - self._n_derived
 
     def save_cache(self, path: str | Path) -> int:
         """Write the context-independent cache (one ``LexRun`` per lexer state seen) to ``path`` (npz).
@@ -226,7 +264,8 @@ class TokenizerInfo:
         """
         arrays: dict[str, np.ndarray] = {}
         index = []
-        for k, (lex, run) in enumerate(list(self._runs.items())):
+        runs = [(lex, run) for lex, run in list(self._runs.items()) if not run.derived]
+        for k, (lex, run) in enumerate(runs):
             finals = np.unique(run.inside_final)
             index.append(
                 {
@@ -241,7 +280,7 @@ class TokenizerInfo:
             for j, (_, ids, offs) in enumerate(run.cross):
                 arrays[f"x{k}_{j}"] = ids
                 arrays[f"o{k}_{j}"] = offs
-        meta = {"fingerprint": self.fingerprint, "index": index}
+        meta = {"fingerprint": self.fingerprint, "format": CACHE_FORMAT, "index": index}
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         with open(path, "wb") as f:
             np.savez_compressed(f, **arrays)
@@ -253,6 +292,8 @@ class TokenizerInfo:
             meta = json.loads(bytes(data["meta"]).decode())
             if meta["fingerprint"] != self.fingerprint:
                 raise GrammarError(f"{path}: mask cache was written for a different vocabulary")
+            if meta.get("format") != CACHE_FORMAT:
+                raise GrammarError(f"{path}: mask cache was written by another version (lexer states differ)")
             added = 0
             for k, entry in enumerate(meta["index"]):
                 lex = _intern_description(entry["lex"])
@@ -265,11 +306,11 @@ class TokenizerInfo:
                 ]
                 inside_ids = data[f"i{k}"]
                 inside_final = finals[data[f"f{k}"]] if len(finals) else np.zeros(0, dtype=np.int32)
-                self._runs[lex] = LexRun(inside_ids, inside_final, data[f"c{k}"], cross)
+                self._runs[lex] = LexRun(inside_ids, inside_final, data[f"c{k}"], cross, ("x", lex))
                 added += 1
         return added
 
 
 def _intern_description(desc) -> int:
-    comps = tuple(sorted((SPACE.dfa_id(pattern), int(state)) for pattern, state in desc))
+    comps = tuple(sorted(SPACE.state_of(pattern, state) for pattern, state in desc))
     return SPACE.intern(comps)

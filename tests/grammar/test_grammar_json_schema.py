@@ -374,10 +374,18 @@ def test_lenient_lists_the_keywords_it_does_not_enforce(smol_info):
     assert compile_json_schema({"type": "array"}, smol_info, cache=False).not_enforced == ()
 
 
-def test_a_huge_max_length_compiles_as_a_narrower_bound(smol_info, smol_tokenizer):
-    """Each count is a DFA state: maxLength 32767 is generated as MAX_STRING_BOUND (valid values only)."""
+def test_a_huge_max_length_is_exact(smol_info, smol_tokenizer):
+    """Lengths are counted (grammar.counted), not unrolled: a long maxLength holds exactly."""
+    g = compile_json_schema({"type": "string", "maxLength": 3000}, smol_info, cache=False)
+    assert first_rejection(g, smol_tokenizer.encode(json.dumps("a" * 3000))) is None
+    assert first_rejection(g, smol_tokenizer.encode(json.dumps("a" * 3001))) is not None
+
+
+def test_a_huge_max_length_next_to_a_pattern_compiles_as_a_narrower_bound(smol_info, smol_tokenizer):
+    """A length checked next to a pattern is a product DFA (a copy of the pattern per count): maxLength
+    32767 is generated as MAX_STRING_BOUND (valid values only)."""
     from radixchat.grammar.schema.json_schema import MAX_STRING_BOUND
 
-    g = compile_json_schema({"type": "string", "maxLength": 32767}, smol_info, cache=False)
+    g = compile_json_schema({"type": "string", "pattern": "^a", "maxLength": 32767}, smol_info, cache=False)
     assert first_rejection(g, smol_tokenizer.encode(json.dumps("a" * MAX_STRING_BOUND))) is None
     assert first_rejection(g, smol_tokenizer.encode(json.dumps("a" * (MAX_STRING_BOUND + 1)))) is not None

@@ -107,7 +107,10 @@ def _ptr(path: str) -> str:
     return "#" + path
 
 
-#: Longer ``maxLength`` bounds are generated as this one (valid values only, fewer of the longest).
+#: Where a length bound must be checked by a look-ahead next to a pattern or format (a product DFA with
+#: one copy of the pattern's states per count), a longer ``maxLength`` is generated as this one (valid
+#: values only). Lengths alone, and patterns that are one counted character class, are counted
+#: (``grammar.counted``): any bound costs the same.
 MAX_STRING_BOUND = 512
 
 #: Readings of an absent ``additionalProperties`` (see ``SchemaCompiler.default_additional``).
@@ -418,8 +421,6 @@ class SchemaCompiler:
         hi = None if hi is None else int(hi)
         if hi is not None and hi < lo:
             return
-        if hi is not None and hi > MAX_STRING_BOUND >= lo:
-            hi = MAX_STRING_BOUND  # a narrowing: each count is a DFA state, and 32,767 of them do not fit
         contents: list = []
         patterns = schema.get("pattern", [])
         for p in [patterns] if isinstance(patterns, str) else patterns:
@@ -437,6 +438,12 @@ class SchemaCompiler:
         if not contents and lo == 0 and hi is None:
             sh.any_string = True
             return
+        if len(contents) == 1 and (lo or hi is not None):
+            merged = jt.counted_class(contents[0], lo, hi)
+            if merged is not None:
+                contents, lo, hi = [merged], 0, None
+        if contents and hi is not None and hi > MAX_STRING_BOUND >= lo:
+            hi = MAX_STRING_BOUND  # a narrowing: the look-ahead's product has a copy of the pattern per count
         sh.strings.append(jt.string_terminal(contents[0] if contents else None, lo, hi, contents[1:]))
 
     def number_shape(self, schema: dict, path: str, integer: bool, sh: Shape) -> None:

@@ -164,6 +164,19 @@ def exact_string(s: str) -> Node:
     return cat(lit('"'), *(encode_set(((ord(c), ord(c)),)) for c in s), lit('"'))
 
 
+def counted_class(content: Node, min_len: int, max_len: int | None) -> Node | None:
+    """``content`` with the length bounds folded in, when it is one counted character class
+    (``^[a-z]{1,64}$``: every item is one character, so the bounds intersect); else None."""
+    if content[0] != "rep" or content[1][0] != "set":
+        return None
+    _, item, lo, hi = content
+    lo = max(lo, min_len)
+    hi = max_len if hi is None else hi if max_len is None else min(hi, max_len)
+    if hi is not None and hi < lo:
+        return None  # no string fits: left to the look-ahead, which says so
+    return rep(item, lo, hi)
+
+
 def string_terminal(
     content: Node | None = None, min_len: int = 0, max_len: int | None = None, extra: list[Node] | None = None
 ) -> Node:
