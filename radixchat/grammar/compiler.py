@@ -28,6 +28,7 @@ from .budget import budget_mask, token_costs
 from .errors import GrammarError
 from .lalr import INF, MAX_FORKS, DepthMemo, Tables, accepts_end, build_tables, completion_cost, push_all
 from .lexer import DEAD, SPACE, groups_by_pre
+from .limits import gc_paused
 from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
 
@@ -78,6 +79,7 @@ class CompiledGrammar:
         start: str = "start",
         max_states: int = 20_000,
         glr: bool = False,
+        grammar: tuple | None = None,
     ) -> None:
         self.text = text
         self.source = source
@@ -89,7 +91,9 @@ class CompiledGrammar:
         self.glr = glr
         #: Schema keywords this grammar does not enforce (lenient JSON Schemas; see schema.json_schema).
         self.not_enforced: tuple[str, ...] = ()
-        self.tables: Tables = build_tables(text, source, start, max_states, glr=glr)
+        #: ``grammar``: Lark's compiled form of ``text`` when the caller built it (see ``build_tables``).
+        with gc_paused():
+            self.tables: Tables = build_tables(text, source, start, max_states, glr=glr, grammar=grammar)
         t = self.tables
         self.ignore = frozenset(t.ignore)
         #: States inside a string whose content follows an embedded grammar (``schema.string_grammar``):
