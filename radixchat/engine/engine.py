@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import threading
 import time
@@ -133,6 +134,11 @@ class Engine:
         except BaseException:
             self._shutdown()
             raise
+        # What start-up built (torch, transformers, the model, the tokenizer) lives as long as the process:
+        # move it out of the collector's reach, so a full collection, which a grammar's mask work may
+        # trigger, walks only what was made since (MaskBench: such pauses were 0.2-0.7 s; see
+        # docs/grammar.md). Start-up garbage, if any, is kept: a bounded, one-time cost.
+        gc.freeze()
 
     @classmethod
     def from_settings(cls, settings, progress: Callable[[str], None] | None = None) -> Engine:  # noqa: ANN001
