@@ -15,6 +15,7 @@ Contracts of ``ByteDFA``:
 from __future__ import annotations
 
 import functools
+from array import array
 from collections import deque
 
 import numpy as np
@@ -146,7 +147,10 @@ class ByteDFA:
         self.accept = accept
         self.pattern = pattern
         self.dist = _distances(trans, accept)
-        self.rows: list[list[int]] = trans.tolist()
+        # Rows as int arrays, not lists of ints: the garbage collector does not walk them (lists of the
+        # process's DFAs held millions of int references, and every full collection visited them all).
+        t32 = np.ascontiguousarray(trans, dtype=np.int32)
+        self.rows: list[array] = [array("i", r.tobytes()) for r in t32]
 
     @property
     def n_states(self) -> int:
