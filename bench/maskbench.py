@@ -34,6 +34,7 @@ with compact separators to match the instances.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -220,6 +221,8 @@ def worker(name: str, files: list[str], out: Path, time_limit: int) -> None:
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     vocab = len(tok)
     engine = make_engine(name, tok, vocab, eos)
+    if name.startswith("radixchat"):
+        gc.freeze()  # as the CLI does once the model is loaded (radixchat.chat.loading.settled_heap)
     with open(out, "a") as f:
         for path in files:
             data = json.loads(Path(path).read_text())

@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         error(str(exc))
         return ExitCode.USAGE
+    from radixchat.chat.loading import settled_heap
+
     try:
         if ns.list_models:
             return list_models(settings)
@@ -193,13 +195,15 @@ def main(argv: list[str] | None = None) -> int:
             options = BatchOptions(
                 ns.batch, ns.output, ns.ordered, ns.save_sessions, BatchOptions.tool_names(ns.allow_tools)
             )
-            return run_batch(settings, options)
+            with settled_heap():
+                return run_batch(settings, options)
         if ns.output or ns.ordered or ns.save_sessions or ns.allow_tools:
             error("--output, --ordered, --save-sessions and --allow-tools need --batch")
             return ExitCode.USAGE
         from radixchat.tui.app import run_app
 
-        return run_app(settings, session=ns.session)
+        with settled_heap():
+            return run_app(settings, session=ns.session)
     except ModelLoadError as exc:
         error(str(exc))
         return ExitCode.MODEL

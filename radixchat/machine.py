@@ -53,6 +53,18 @@ def torch_version() -> str:
         return "none"
 
 
+#: 1-minute load average per CPU at or above which a measurement of this machine is not trusted for good.
+BUSY_LOAD = 0.75
+
+
+def cpu_load() -> float:
+    """The 1-minute load average per CPU (0.0 where the OS does not tell)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (OSError, AttributeError):
+        return 0.0
+
+
 def probe_key() -> str:
     return f"{cpu_name()} [{cpu_isa()}] | torch {torch_version()} | v{PROBE_VERSION}"
 

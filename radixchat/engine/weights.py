@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixchat.errors import ConfigError
-from radixchat.machine import read_probes, write_probe
+from radixchat.machine import BUSY_LOAD, cpu_load, read_probes, write_probe
 
 log = logging.getLogger(__name__)
 
@@ -354,17 +354,31 @@ def _step_time(plan: WeightsPlan, timings: dict) -> float:
 
 
 def load_or_probe(model: nn.Module, cache_dir: Path, device: torch.device, progress=None) -> dict:  # noqa: ANN001
-    """The probe's timings for this machine and these model shapes: measured once, then cached."""
+    """The probe's timings for this machine and these model shapes: measured once, then cached.
+
+    A probe taken while the machine was busy (other work on every core: its kernels' times are the
+    scheduler's, and ``auto`` once picked float32, 7x slower than int4, that way) is used only until a
+    start finds the machine quiet: that start measures again and replaces it."""
     signature = _signature(_groups(model))
     cached = read_probes(cache_dir).get(signature)
+    load = cpu_load()
     if isinstance(cached, dict) and isinstance(cached.get("timings"), dict):
-        return cached["timings"]
+        if not (cached.get("load", 0.0) >= BUSY_LOAD > load):
+            return cached["timings"]
+        log.info(
+            "the weights probe was measured on a busy machine (load %.2f per CPU); measuring again",
+            cached["load"],
+        )
     timings = run_probe(model, KERNELS, progress)
     try:
         write_probe(
             cache_dir,
             signature,
-            {"timings": timings, "auto": plan_from_probe("auto", timings, device).format},
+            {
+                "timings": timings,
+                "auto": plan_from_probe("auto", timings, device).format,
+                "load": round(load, 2),
+            },
         )
     except OSError as exc:  # a read-only cache only costs a probe at every start
         log.warning("cannot cache the weights probe in %s: %s", cache_dir, exc)

@@ -26,8 +26,18 @@ import torch
 
 from .budget import budget_mask, token_costs
 from .errors import GrammarError
-from .lalr import INF, MAX_FORKS, DepthMemo, Tables, accepts_end, build_tables, completion_cost, push_all
-from .lexer import DEAD, SPACE, groups_by_pre
+from .lalr import (
+    INF,
+    MAX_FORKS,
+    DepthMemo,
+    Tables,
+    accepts_end,
+    build_tables,
+    completion_cost,
+    push_all,
+    shiftable,
+)
+from .lexer import DEAD, SPACE
 from .limits import gc_paused
 from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
@@ -111,6 +121,8 @@ class CompiledGrammar:
         self._choose: dict[int, tuple[str, ...]] = {}
         self._unions: dict = {}
         self._ctx = DepthMemo()
+        self._lookahead: dict[int, list[str]] = {}  # LALR state -> its non-ignored terminal lookaheads
+        self._lex0: dict[frozenset, int] = {}  # terminals that may start the next lexeme -> lexer state
         self._entries = DepthMemo()
         self._groups = DepthMemo()
         self._cp_memo: dict = {}
@@ -139,20 +151,22 @@ class CompiledGrammar:
         if got is not None:
             return got[0], len(stack) - got[1]
         t = self.tables
-        lowest = len(stack) - 1
-        shiftable = []
-        for name in t.actions[stack[-1]]:
-            if name in t.terminals and name not in self.ignore:
-                sts, low = push_all(t, stack, name)
-                lowest = min(lowest, low)
-                if sts:
-                    shiftable.append(name)
+        terms = self._lookahead.get(stack[-1])
+        if terms is None:
+            terms = self._lookahead[stack[-1]] = [
+                n for n in t.actions[stack[-1]] if n in t.terminals and n not in self.ignore
+            ]
+        names, lowest = shiftable(t, stack, terms)
         end_ok, low = accepts_end(t, stack)
         lowest = min(lowest, low)
-        if shiftable and not after_ignore and stack[-1] not in self.verbatim:
-            shiftable.extend(self.ignore)
-        dfas = [t.terminals[n].dfa for n in shiftable if self.dfa_term.get(t.terminals[n].dfa) == n]
-        ctx = Context(SPACE.start_state(dfas) if dfas else DEAD, end_ok)
+        if names and not after_ignore and stack[-1] not in self.verbatim:
+            names.extend(self.ignore)
+        key = frozenset(names)
+        lex0 = self._lex0.get(key)
+        if lex0 is None:
+            dfas = [t.terminals[n].dfa for n in names if self.dfa_term.get(t.terminals[n].dfa) == n]
+            lex0 = self._lex0[key] = SPACE.start_state(dfas) if dfas else DEAD
+        ctx = Context(lex0, end_ok)
         lowest = max(lowest, 0)
         self._ctx.put(after_ignore, stack, lowest, (ctx, len(stack) - lowest))
         return ctx, lowest
@@ -295,10 +309,10 @@ class CompiledGrammar:
         nxt, lowest = self.after_lexeme(stack, pre)
         parts = [ids[:0]]
         for st2, lex0 in nxt:
-            final, death, pres = self.info.rows_run(key, lex0, ids, offs)
-            parts.append(ids[final != DEAD])
-            for p, sel in groups_by_pre(death, pres):
-                sub, low = self._group_allowed(st2, p, (key, lex0, p), ids[sel], death[sel])
+            inside, subs = self.info.rows_groups(key, lex0, ids, offs)
+            parts.append(inside)
+            for p, sub_ids, sub_offs in subs:
+                sub, low = self._group_allowed(st2, p, (key, lex0, p), sub_ids, sub_offs)
                 lowest = min(lowest, low)
                 parts.append(sub)
         ok = parts[-1] if len(parts) == 2 else np.unique(np.concatenate(parts))

@@ -15,6 +15,7 @@ Contracts of ``ByteDFA``:
 from __future__ import annotations
 
 import functools
+from array import array
 
 import numpy as np
 
@@ -152,13 +153,17 @@ class ByteDFA:
         self.accept = accept
         self.pattern = pattern
         self.dist = _distances(trans, accept)
-        self._rows: list[list[int]] | None = None
+        self._rows: list[array] | None = None
 
     @property
-    def rows(self) -> list[list[int]]:
-        """``trans`` as lists (built on first use: a big DFA's lists cost more than the DFA)."""
+    def rows(self) -> list[array]:
+        """``trans`` as one int array per state, built on first use (a big DFA's rows cost more than the
+        DFA, and most are never read). Arrays, not lists of ints: the garbage collector does not walk
+        them (lists of the process's DFAs held millions of int references, and every full collection
+        visited them all)."""
         if self._rows is None:
-            self._rows = self.trans.tolist()
+            t32 = np.ascontiguousarray(self.trans, dtype=np.int32)
+            self._rows = [array("i", r.tobytes()) for r in t32]
         return self._rows
 
     @property

@@ -236,12 +236,14 @@ def _lark_tables(rules, start: str, max_states: int, source: str, glr: bool):
                     if sym in term_names:
                         options.append((True, idx[arg]))
                     else:
-                        gts[sym] = idx[arg]
+                        gts[str(sym)] = idx[arg]
                 else:
                     k = rule_idx.get(arg)
                     if k is None:
                         k = rule_idx[arg] = len(rule_list)
-                        rule_list.append((arg.origin.name, len(arg.expansion)))
+                        # plain str: Lark's names are Tokens, whose Python-level __eq__ slows every
+                        # gotos lookup at run time
+                        rule_list.append((str(arg.origin.name), len(arg.expansion)))
                     options.append((False, k))
             if options:
                 acts[sym] = options[0]
@@ -251,7 +253,7 @@ def _lark_tables(rules, start: str, max_states: int, source: str, glr: bool):
         gotos.append(gts)
     kernel_items = [
         [
-            (rp.rule.origin.name, rp.index, [sym.name for sym in rp.rule.expansion[rp.index :]])
+            (str(rp.rule.origin.name), rp.index, [sym.name for sym in rp.rule.expansion[rp.index :]])
             for rp in by_closure[s].kernel
         ]
         for s in states
@@ -316,22 +318,33 @@ def _min_lengths(rules, terminals: dict[str, Terminal]) -> dict[str, int]:
 
 
 def push(tables: Tables, stack: tuple[int, ...], term: str) -> tuple[tuple[int, ...] | None, int]:
-    """Feed one terminal: reductions, then the shift. Returns (new stack or None on error, lowest)."""
+    """Feed one terminal: reductions, then the shift. Returns (new stack or None on error, lowest).
+
+    The stack is ``stack[:cut] + tail`` while reducing: a reduction pops and pushes in O(1), the tuple
+    is built once at the shift (stacks are deep; a chain of a hundred unit reductions is common)."""
     actions, gotos, rules = tables.actions, tables.gotos, tables.rules
     lowest = len(stack) - 1
-    st = stack
+    cut = len(stack)
+    tail: list[int] = []
+    top = stack[-1]
     while True:
-        act = actions[st[-1]].get(term)
+        act = actions[top].get(term)
         if act is None:
             return None, lowest
         if act[0]:
-            return st + (act[1],), lowest
+            return stack[:cut] + tuple(tail) + (act[1],), lowest
         origin, n = rules[act[1]]
         if n:
-            st = st[:-n]
-            if len(st) - 1 < lowest:
-                lowest = len(st) - 1
-        st = st + (gotos[st[-1]][origin],)
+            k = len(tail)
+            if n <= k:
+                del tail[k - n :]
+            else:
+                cut -= n - k
+                tail.clear()
+            if cut + len(tail) - 1 < lowest:
+                lowest = cut + len(tail) - 1
+        top = gotos[tail[-1] if tail else stack[cut - 1]][origin]
+        tail.append(top)
 
 
 MAX_FORKS = 64  # parses followed at once (a guard against explosive ambiguity: each costs a mask)
@@ -371,28 +384,132 @@ def push_all(tables: Tables, stack: tuple[int, ...], term: str) -> tuple[list[tu
     return list(out), max(lowest, 0)
 
 
+def shiftable(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str], int]:
+    """The terminals of ``terms`` that ``push_all`` would shift from ``stack`` (after its reductions),
+    and the lowest index read: the same answer as ``push_all`` per terminal, but terminals that take the
+    same reduction share it (a state with a hundred lookaheads reduces once, not a hundred times)."""
+    if tables.forks:
+        return _shiftable_forked(tables, stack, terms)
+    actions, gotos, rules = tables.actions, tables.gotos, tables.rules
+    lowest = len(stack) - 1
+    out: list[str] = []
+    # Stacks while reducing: ``stack[:cut] + tail`` (see ``push``), one per group of terminals.
+    todo: list[tuple[int, tuple[int, ...], list]] = [(len(stack), (), list(terms))]
+    while todo:
+        cut, tail, ts = todo.pop()
+        acts = actions[tail[-1] if tail else stack[cut - 1]]
+        groups: dict[int, list[str]] = {}
+        for term in ts:
+            act = acts.get(term)
+            if act is None:
+                continue
+            if act[0]:
+                out.append(term)
+                continue
+            g = groups.get(act[1])
+            if g is None:
+                groups[act[1]] = [term]
+            else:
+                g.append(term)
+        for rule, group in groups.items():
+            origin, n = rules[rule]
+            c, t = cut, tail
+            if n:
+                k = len(t)
+                if n <= k:
+                    t = t[: k - n]
+                else:
+                    c -= n - k
+                    t = ()
+                if c + len(t) - 1 < lowest:
+                    lowest = c + len(t) - 1
+            todo.append((c, t + (gotos[t[-1] if t else stack[c - 1]][origin],), group))
+    return out, max(lowest, 0)
+
+
+def _shiftable_forked(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str], int]:
+    actions, gotos, rules, forks = tables.actions, tables.gotos, tables.rules, tables.forks
+    lowest = len(stack) - 1
+    out: dict[str, None] = {}
+    todo = [(stack, list(terms))]
+    seen: dict[tuple[int, ...], set] = {stack: set(terms)}
+    while todo:
+        st, ts = todo.pop()
+        top = st[-1]
+        acts = actions[top]
+        groups: dict[int, list[str]] = {}
+        for term in ts:
+            act = acts.get(term)
+            if act is None:
+                continue
+            for is_shift, arg in forks.get((top, term), (act,)):
+                if is_shift:
+                    out[term] = None
+                else:
+                    g = groups.get(arg)
+                    if g is None:
+                        groups[arg] = [term]
+                    else:
+                        g.append(term)
+        for rule, group in groups.items():
+            origin, n = rules[rule]
+            below = st[:-n] if n else st
+            if len(below) - 1 < lowest:
+                lowest = len(below) - 1
+            nxt = below + (gotos[below[-1]][origin],)
+            # a general parse may meet a stack again: each terminal goes on from it once
+            done = seen.setdefault(nxt, set())
+            group = [x for x in group if x not in done]
+            if not group:
+                continue
+            done.update(group)
+            if len(seen) > MAX_FORKS:  # push_all decides (and raises) terminal by terminal
+                return _shiftable_each(tables, stack, terms)
+            todo.append((nxt, group))
+    return list(out), max(lowest, 0)
+
+
+def _shiftable_each(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str], int]:
+    lowest = len(stack) - 1
+    out = []
+    for term in terms:
+        sts, low = push_all(tables, stack, term)
+        lowest = min(lowest, low)
+        if sts:
+            out.append(term)
+    return out, max(lowest, 0)
+
+
 def accepts_end(tables: Tables, stack: tuple[int, ...]) -> tuple[bool, int]:
     """Whether the input may end here (Lark's ``$END`` handling), and the lowest index read."""
     if tables.forks:
         return _accepts_end_forked(tables, stack)
     actions, gotos, rules, end = tables.actions, tables.gotos, tables.rules, tables.end
     lowest = len(stack) - 1
-    st = stack
+    cut = len(stack)  # the stack is stack[:cut] + tail (see ``push``)
+    tail: list[int] = []
+    top = stack[-1]
     while True:
-        act = actions[st[-1]].get(END)
+        act = actions[top].get(END)
         if act is None or act[0]:
             return False, lowest
         origin, n = rules[act[1]]
         if n:
-            st = st[:-n]
-            if len(st) - 1 < lowest:
-                lowest = len(st) - 1
-        g = gotos[st[-1]].get(origin)
+            k = len(tail)
+            if n <= k:
+                del tail[k - n :]
+            else:
+                cut -= n - k
+                tail.clear()
+            if cut + len(tail) - 1 < lowest:
+                lowest = cut + len(tail) - 1
+        g = gotos[tail[-1] if tail else stack[cut - 1]].get(origin)
         if g is None:
             return False, lowest
         if g == end:
             return True, lowest
-        st = st + (g,)
+        top = g
+        tail.append(g)
 
 
 def _accepts_end_forked(tables: Tables, stack: tuple[int, ...]) -> tuple[bool, int]:

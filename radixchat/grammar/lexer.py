@@ -51,7 +51,8 @@ class LexerSpace:
         self._slot = np.full(1024, -1, dtype=np.int32)  # lexer state -> its row in _table (-1: none yet)
         self._slot[DEAD] = 0
         self._acc_np = np.zeros(1024, dtype=bool)
-        self.live: list[list[tuple[int, int]] | None] = []  # see ``live_bytes``
+        self.live: list[tuple[array, array] | None] = []  # see ``live_bytes``
+        self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -101,6 +102,9 @@ class LexerSpace:
         comps = self.comps[lex]
         if len(comps) == 1:  # one terminal (a string's interior): its DFA's row, renamed
             d, s = comps[0]
+            dfa = self.dfas[d]
+            if isinstance(dfa, ByteDFA):
+                return self._single_row(lex, d, dfa.trans[s])
             targets, inv = np.unique(np.asarray(self.dfas[d].trans[s]), return_inverse=True)
             ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
             out = array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes())
@@ -119,6 +123,23 @@ class LexerSpace:
             col = cols[:, k].tolist()
             ids.append(self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0)))
         out = array("i", np.array(ids, dtype=np.int32)[inv].tobytes())
+        self.rows[lex] = out
+        return out
+
+    def _single_row(self, lex: int, d: int, trans: np.ndarray) -> array:
+        """``row`` of a one-terminal state of a plain DFA: its DFA row through the DFA's map from states
+        to lexer states (``_single``; -1 where not interned yet), so no per-row ``unique``."""
+        m = self._single.get(d)
+        if m is None:
+            m = np.full(self.dfas[d].n_states + 1, -1, dtype=np.int32)
+            m[0] = DEAD
+            self._single[d] = m
+        ids = m[trans + 1]
+        if (ids < 0).any():
+            for t in np.unique(trans[ids < 0]).tolist():
+                m[t + 1] = self.intern(((d, t),))
+            ids = m[trans + 1]
+        out = array("i", ids.tobytes())
         self.rows[lex] = out
         return out
 
@@ -296,10 +317,95 @@ def _run_scalar(
     )
 
 
-def lex_run(lex: int, text_ids: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> LexRun:
+class Trie:
+    """The vocabulary as a trie of its distinct prefixes, level by level (one level per byte), for
+    ``trie_run``: a run of the whole vocabulary steps each distinct prefix once (SmolLM2: 100k prefixes
+    for 332k token bytes) with one vectorised step per level.
+
+    Level ``d`` (0-based; prefixes of ``d + 1`` bytes) holds ``byte[d]`` (each prefix's last byte),
+    ``parent[d]`` (its prefix's index in level ``d - 1``); ``node`` is the global index of each token's
+    own prefix (levels concatenated; ``off[d]`` is where level ``d`` starts); ``ids`` the token ids in
+    the order of ``node``."""
+
+    __slots__ = ("byte", "parent", "off", "node", "ids")
+
+    def __init__(self, toks: list[bytes], ids: np.ndarray) -> None:
+        n = len(toks)
+        lens = np.array([len(t) for t in toks], dtype=np.int64)
+        width = int(lens.max()) if n else 0
+        mat = np.full((n, width), -1, dtype=np.int16)  # -1 past a token's end: differs from any byte
+        buf = np.frombuffer(b"".join(toks), dtype=np.uint8)
+        rows = np.repeat(np.arange(n), lens)
+        cols = np.arange(buf.size) - np.repeat(np.cumsum(lens) - lens, lens)
+        mat[rows, cols] = buf
+        # toks is sorted: the tokens sharing a prefix are contiguous, so a prefix of d bytes starts a
+        # new node at token i iff i is long enough and shares fewer than d bytes with token i - 1.
+        lcp = np.zeros(n, dtype=np.int64)
+        if n > 1:
+            neq = mat[1:] != mat[:-1]
+            lcp[1:] = np.where(neq.any(axis=1), neq.argmax(axis=1), width)
+        self.byte: list[np.ndarray] = []
+        self.parent: list[np.ndarray] = []
+        self.off = [0]
+        node = np.zeros(n, dtype=np.int64)
+        prev = None
+        for d in range(width):
+            first = np.flatnonzero((lens > d) & (lcp <= d))
+            self.byte.append(mat[first, d].astype(np.uint8))
+            self.parent.append(
+                np.searchsorted(prev, first, side="right") - 1 if prev is not None else np.zeros(0, np.int64)
+            )
+            ends = np.flatnonzero(lens == d + 1)
+            node[ends] = self.off[-1] + np.searchsorted(first, ends, side="right") - 1
+            self.off.append(self.off[-1] + first.size)
+            prev = first
+        self.node = node
+        self.ids = ids
+
+
+def trie_run(lex: int, trie: Trie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``run`` of every token of ``trie`` from the start of their bytes (in the order of ``trie.ids``),
+    one distinct prefix at a time."""
+    n = trie.off[-1]
+    states = np.empty(n, dtype=np.int32)
+    deaths = np.empty(n, dtype=np.int32)
+    pres = np.empty(n, dtype=np.int32)
+    SPACE.materialise(np.array([lex], dtype=np.int32))
+    ps = np.full(1, lex, dtype=np.int32)
+    pd = np.full(1, -1, dtype=np.int32)
+    pp = np.zeros(1, dtype=np.int32)
+    for d in range(len(trie.byte)):
+        if d:
+            par = trie.parent[d]
+            ps, pd, pp = ps[par], pd[par], pp[par]
+        else:
+            k = trie.byte[0].shape[0]
+            ps, pd, pp = np.repeat(ps, k), np.repeat(pd, k), np.repeat(pp, k)
+        cur = SPACE.next_states(ps, trie.byte[d]) if ps.any() else ps
+        died = (cur == DEAD) & (ps != DEAD)
+        if died.any():
+            pd = np.where(died, d, pd).astype(np.int32)
+            pp = np.where(died, ps, pp).astype(np.int32)
+        a, b = trie.off[d], trie.off[d + 1]
+        states[a:b], deaths[a:b], pres[a:b] = cur, pd, pp
+        ps = cur
+    return states[trie.node], deaths[trie.node], pres[trie.node]
+
+
+def lex_run(
+    lex: int,
+    text_ids: np.ndarray,
+    flat: np.ndarray,
+    starts: np.ndarray,
+    lens: np.ndarray,
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> LexRun:
     """Compute the ``LexRun`` of a lexer state over the text tokens ``text_ids`` (all those whose first
-    byte can continue the lexeme: the others end it before their first byte, see ``LexRun.cont``)."""
-    final, death, pre = run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
+    byte can continue the lexeme: the others end it before their first byte, see ``LexRun.cont``).
+    ``rows``: their ``run`` if already computed (``trie_run``)."""
+    final, death, pre = (
+        rows if rows is not None else run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
+    )
     SPACE.materialise(np.array([lex], dtype=np.int32))
     inside = final != DEAD
     acc = SPACE.accepting_np
@@ -320,12 +426,14 @@ _BYTE = [bytes([b]) for b in range(256)]
 WIDE = 16  # a lexer state with more live bytes is run vectorised, not walked
 
 
-def live_bytes(lex: int) -> list[tuple[int, int]]:
-    """``[(byte, next lexer state)]`` for the bytes that continue the lexeme of ``lex`` (cached)."""
+def live_bytes(lex: int) -> tuple[array, array]:
+    """``(bytes, next lexer states)`` for the bytes that continue the lexeme of ``lex`` (cached; int
+    arrays, which the garbage collector does not walk)."""
     got = SPACE.live[lex] if lex < len(SPACE.live) else None
     if got is None:
-        row = SPACE.row(lex)
-        got = [(b, t) for b, t in enumerate(row) if t != DEAD]
+        row = np.frombuffer(SPACE.row(lex), dtype=np.int32)
+        bs = np.flatnonzero(row).astype(np.int32)  # DEAD is 0
+        got = (array("i", bs.tobytes()), array("i", row[bs].tobytes()))
         with SPACE.lock:
             SPACE.live.extend([None] * (len(SPACE.comps) - len(SPACE.live)))
             SPACE.live[lex] = got
@@ -354,12 +462,12 @@ def walk_run(
             lo += 1
             if lo >= hi:
                 continue
-        live = live_bytes(s)
-        if d and len(live) > WIDE:
+        live_b, live_t = live_bytes(s)
+        if d and len(live_b) > WIDE:
             wide.append((s, lo, hi, d))
             continue
         covered = lo
-        for b, t in live:
+        for b, t in zip(live_b, live_t):
             pb = p + _BYTE[b]
             a = bisect_left(toks, pb, covered, hi)
             z = bisect_left(toks, p + _BYTE[b + 1], a, hi) if b < 255 else hi

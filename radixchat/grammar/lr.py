@@ -92,14 +92,14 @@ def lalr(rules: list, start: str, max_states: int, source: str) -> Automaton:
     for r in rules:
         for s in r.expansion:
             if s.is_term and s.name not in term_id:
-                term_id[s.name] = len(term_id)
+                term_id[str(s.name)] = len(term_id)
     n_terms = len(term_id) + 1
     names = list(term_id) + [END]
     nt_id: dict[str, int] = {}
     for r in rules:
         if r.origin.name not in nt_id:
-            nt_id[r.origin.name] = n_terms + len(nt_id)
-            names.append(r.origin.name)
+            nt_id[str(r.origin.name)] = n_terms + len(nt_id)
+            names.append(str(r.origin.name))  # plain str: Lark's Tokens compare slowly at run time
     root_name = "$root_" + start
     if start not in nt_id:
         raise GrammarError(f"{source}: not LALR(1): Using an undefined rule: NonTerminal({start!r})")

@@ -19,7 +19,7 @@ import torch
 from .counted import CountedDFA
 from .counted_runs import Profile, counted_run, profile
 from .errors import GrammarError
-from .lexer import DEAD, SPACE, WIDE, LexRun, lex_run, walk_run
+from .lexer import DEAD, SPACE, WIDE, LexRun, Trie, groups_by_pre, lex_run, trie_run, walk_run
 from .lexer import run as run_rows
 
 #: Version of the names in ``save_cache``'s index (2: counted DFAs' states are ``[skeleton, count]``).
@@ -115,6 +115,8 @@ class TokenizerInfo:
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
         self._runs: dict[int, LexRun] = {}
+        # Built now, not at the first wide lexer state (SmolLM2: ~60 ms, which a mask would pay).
+        self._trie: Trie | None = Trie(self._sorted, self._sorted_ids) if n else None
         self._n_derived = 0  # runs of counted states in _runs (derived, never saved)
         self._profiles: dict[tuple, Profile] = {}  # counted loops: (loop key, local state) -> profile
         #: Interned masks: packed bits -> (tensor, numpy view); one tensor per distinct mask.
@@ -122,6 +124,7 @@ class TokenizerInfo:
         self._ends_first: dict[int, np.ndarray] = {}
         self._ends_mask: dict[int, np.ndarray] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._groups: dict[tuple, tuple[np.ndarray, list]] = {}
         self._lock = threading.Lock()
 
     # -- construction ------------------------------------------------------------------------------
@@ -179,18 +182,23 @@ class TokenizerInfo:
                 run = counted
             elif live.size <= WIDE:
                 run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
-            elif live.size <= 64:
-                b = self._first_bounds
-                ids = np.concatenate([self._by_first[b[x] : b[x + 1]] for x in live.tolist()])
-                run = lex_run(lex, ids, self.flat, self.starts, self.lens)
             else:
-                run = lex_run(lex, self.text_ids, self.flat, self.starts, self.lens)
+                trie = self.trie
+                run = lex_run(lex, trie.ids, self.flat, self.starts, self.lens, trie_run(lex, trie))
             with self._lock:
                 if lex not in self._runs:
                     self._runs[lex] = run
                     self._n_derived += run.derived
                 run = self._runs[lex]
         return run
+
+    @property
+    def trie(self) -> Trie:
+        """The vocabulary's prefix trie (``lexer.Trie``), built on first use."""
+        t = self._trie
+        if t is None:
+            t = self._trie = Trie(self._sorted, self._sorted_ids)
+        return t
 
     def _counted(self, lex: int) -> LexRun | None:
         """The run of a lexer state that is one counted DFA inside its loop, derived from the loop's
@@ -235,6 +243,19 @@ class TokenizerInfo:
         got = self._rows.get((key, lex))
         if got is None:
             got = self._rows[(key, lex)] = run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
+        return got
+
+    def rows_groups(self, key, lex: int, ids: np.ndarray, offs: np.ndarray):
+        """``rows_run`` split for the mask: ``(ids of the rows that stay inside a lexeme, [(pre, ids, offs)
+        of the rows whose lexeme ended in accepting pre, for each pre])`` (cached: context-independent)."""
+        got = self._groups.get((key, lex))
+        if got is None:
+            got = self._rows.get((key, lex))
+            final, death, pres = (
+                got if got is not None else run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
+            )
+            subs = [(p, ids[sel], death[sel]) for p, sel in groups_by_pre(death, pres)]
+            got = self._groups[(key, lex)] = (ids[final != DEAD], subs)
         return got
 
     def intern_mask(self, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:

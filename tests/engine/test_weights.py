@@ -128,7 +128,8 @@ def test_a_format_the_machine_cannot_run_is_a_usage_error():
         W.check_weights_format("int4", torch.device("cuda"))
 
 
-def test_the_probe_runs_once_per_machine_and_is_cached(tmp_path):
+def test_the_probe_runs_once_per_machine_and_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(W, "cpu_load", lambda: 0.1)  # a quiet machine (see the busy-machine test)
     model, _ = build_pair(tiny_config("llama"))
     plan = W.apply_weights(model, "auto", CPU, tmp_path)
     cache = json.loads((tmp_path / "weights-probe.json").read_text())
@@ -142,6 +143,27 @@ def test_the_probe_runs_once_per_machine_and_is_cached(tmp_path):
     assert W.apply_weights(again, "auto", CPU, tmp_path) == plan
     assert (tmp_path / "weights-probe.json").stat().st_mtime_ns == mtime
     assert probed_auto_choice(tmp_path) == plan.format
+
+
+@pytest.mark.parametrize(
+    ("then", "now", "probed_again"), [(2.0, 0.1, True), (2.0, 1.5, False), (0.1, 0.1, False)]
+)
+def test_a_probe_taken_on_a_busy_machine_is_taken_again_once_it_is_quiet(
+    tmp_path, monkeypatch, then, now, probed_again
+):
+    model, _ = build_pair(tiny_config("llama"))
+    monkeypatch.setattr(W, "cpu_load", lambda: then)
+    W.apply_weights(model, "auto", CPU, tmp_path)
+    path = tmp_path / "weights-probe.json"
+    ((result,),) = (v.values() for v in json.loads(path.read_text()).values())
+    assert result["load"] == then
+    mtime = path.stat().st_mtime_ns
+    monkeypatch.setattr(W, "cpu_load", lambda: now)
+    again, _ = build_pair(tiny_config("llama"))
+    W.apply_weights(again, "auto", CPU, tmp_path)
+    assert (path.stat().st_mtime_ns != mtime) is probed_again
+    ((result,),) = (v.values() for v in json.loads(path.read_text()).values())
+    assert result["load"] == (now if probed_again else then)
 
 
 @pytest.mark.parametrize("fmt", RUNNABLE)

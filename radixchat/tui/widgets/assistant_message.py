@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -22,12 +21,12 @@ from radixchat.chat.conversation import Message
 from radixchat.chat.usage import footer_from_meta
 from radixchat.tool_format import strip_tool_calls
 from radixchat.tui.messages import RegenerateRequested
+from radixchat.tui.pacing import WritePacer
 from radixchat.tui.tools import CallFilter
 from radixchat.tui.widgets.message_view import MessageView
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 
 _md = MarkdownIt("commonmark")
-STREAM_INTERVAL = 1 / 5  # seconds between Markdown writes while streaming (see stream_from)
 
 
 def code_blocks(markdown: str) -> list[str]:
@@ -104,20 +103,21 @@ class AssistantMessage(MessageView):
         self.query_one(".footer", Static).update(text)
 
     async def stream_from(
-        self, reply: Any, interval: float = STREAM_INTERVAL, hide_calls: bool = False
+        self, reply: Any, pacer: WritePacer | None = None, hide_calls: bool = False
     ) -> None:
-        """Append the text deltas of ``reply``, at most one write per ``interval`` seconds.
+        """Append the text deltas of ``reply``, as often as ``pacer`` says (default: a ``WritePacer``).
 
-        Each write re-renders the last Markdown block (a code fence is highlighted again), and that runs
-        on the event loop holding the GIL the engine thread also needs: writing per token halved the
-        decode speed on a 2-core CPU. Held-back text goes out with the next delta or at the end.
-        ``hide_calls`` (tool mode) keeps ``<tool_call>`` blocks out of the text; the footer says a call
-        is being written instead.
+        Each write re-renders the last Markdown block (a code fence is highlighted again) and lays the
+        screen out again, on the event loop that shares the GIL and the cores with the engine thread:
+        writing per token halved the decode speed on a 2-core CPU, so the pacer keeps this thread's CPU
+        share small (see ``radixchat.tui.pacing``). Held-back text goes out with a later delta or at the
+        end. ``hide_calls`` (tool mode) keeps ``<tool_call>`` blocks out of the text; the footer says a
+        call is being written instead.
         """
         stream = Markdown.get_stream(self.body)
         calls = CallFilter() if hide_calls else None
+        pacer = pacer or WritePacer()
         pending: list[str] = []
-        last = 0.0
         try:
             async for delta in reply:
                 self.streamed.append(delta)
@@ -127,11 +127,10 @@ class AssistantMessage(MessageView):
                     if calls.calls > seen:
                         self.set_footer("writing a tool call…")
                 pending.append(delta)
-                now = time.monotonic()
-                if now - last >= interval:
-                    last = now
+                if pacer.due():
                     await stream.write("".join(pending))
                     pending.clear()
+                    pacer.wrote()
         finally:
             if calls is not None:
                 pending.append(calls.flush())

@@ -1,0 +1,169 @@
+"""The mask path's fast algorithms against straightforward references: the prefix-trie run of the
+vocabulary vs the plain vectorised run, and the grouped / O(1)-per-reduction parser functions vs the
+textbook loops they replace."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from radixchat.grammar import TokenizerInfo, compile_grammar, compile_json_schema
+from radixchat.grammar.lalr import END, MAX_FORKS, accepts_end, push, push_all, shiftable
+from radixchat.grammar.lexer import DEAD, SPACE, run, trie_run
+
+
+def _walk_states(g, rng: random.Random, walks: int = 15, steps: int = 40):
+    """(stack, lexer state) pairs met on random walks of the matcher over allowed tokens."""
+    seen = set()
+    for _ in range(walks):
+        m = g.matcher()
+        for _ in range(steps):
+            seen.update(m.configs)
+            allowed = np.flatnonzero(m.allowed().numpy()).tolist()
+            tid = int(rng.choice(allowed))
+            if tid in g.info.eos_ids:
+                break
+            m.advance(tid)
+    return seen
+
+
+def _assert_trie_matches_run(info: TokenizerInfo, lexes) -> int:
+    trie = info.trie
+    n = 0
+    for lex in lexes:
+        want = run(lex, trie.ids, np.zeros_like(trie.ids), info.flat, info.starts, info.lens)
+        got = trie_run(lex, trie)
+        for a, b in zip(want, got):
+            np.testing.assert_array_equal(a, b)
+        n += 1
+    return n
+
+
+def test_the_trie_run_gives_the_vectorised_run(smol_info):
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "pattern": "a+b"},
+            "n": {"type": "number"},
+            "tags": {"type": "array", "items": {"type": "string", "format": "date"}},
+            "kind": {"enum": ["alpha", "alps", 7, None]},
+        },
+        "additionalProperties": {"type": "integer"},
+    }
+    g = compile_json_schema(schema, smol_info, cache=False)
+    lexes = {lx for _, lx in _walk_states(g, random.Random(0))} - {DEAD}
+    assert _assert_trie_matches_run(smol_info, sorted(lexes)) > 20
+    assert any(len(SPACE.comps[lx]) > 1 for lx in lexes)
+
+
+def test_the_trie_run_handles_duplicate_and_prefix_tokens():
+    """A vocabulary whose tokens are prefixes of each other, repeated, and contain byte 0."""
+    rng = random.Random(3)
+    alphabet = b'ab"\\ 0\x00\xc3\xa9'
+    toks: list[bytes | None] = [None]  # id 0: EOS
+    for _ in range(300):
+        toks.append(bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 7))))
+    toks += [toks[5], toks[9], b"a", b"aa", b"aaa", b'"', b'"a', b'"a"']
+    info = TokenizerInfo(toks, eos_ids=[0])
+    g = compile_grammar('start: S ("," S)*\nS: /"[a-z\\\\ ]*"/ | /[0-9]+/\n', info)
+    lexes = {lx for _, lx in _walk_states(g, random.Random(1), walks=30, steps=12)} - {DEAD}
+    assert _assert_trie_matches_run(info, sorted(lexes)) >= 3
+
+
+# -- parser functions ------------------------------------------------------------------------------
+
+
+def _push_reference(tables, stack, term):
+    """``push`` as the textbook loop: a new tuple per reduction."""
+    actions, gotos, rules = tables.actions, tables.gotos, tables.rules
+    lowest = len(stack) - 1
+    st = stack
+    while True:
+        act = actions[st[-1]].get(term)
+        if act is None:
+            return None, lowest
+        if act[0]:
+            return st + (act[1],), lowest
+        origin, n = rules[act[1]]
+        if n:
+            st = st[:-n]
+            lowest = min(lowest, len(st) - 1)
+        st = st + (gotos[st[-1]][origin],)
+
+
+def _accepts_end_reference(tables, stack):
+    actions, gotos, rules = tables.actions, tables.gotos, tables.rules
+    lowest = len(stack) - 1
+    st = stack
+    while True:
+        act = actions[st[-1]].get(END)
+        if act is None or act[0]:
+            return False, lowest
+        origin, n = rules[act[1]]
+        if n:
+            st = st[:-n]
+            lowest = min(lowest, len(st) - 1)
+        g = gotos[st[-1]].get(origin)
+        if g is None:
+            return False, lowest
+        if g == tables.end:
+            return True, lowest
+        st = st + (g,)
+
+
+def _shiftable_reference(tables, stack, terms):
+    lowest = len(stack) - 1
+    out = set()
+    for term in terms:
+        sts, low = push_all(tables, stack, term)
+        lowest = min(lowest, low)
+        if sts:
+            out.add(term)
+    return out, max(lowest, 0)
+
+
+# Optional properties in order make a chain of unit reductions as long as the object (the case the
+# O(1) reductions are for); the anyOf of overlapping objects makes a general (forked) parse.
+_CHAIN = {
+    "type": "object",
+    "properties": {f"k{i}": {"type": "integer"} for i in range(12)},
+    "additionalProperties": False,
+}
+_FORKED = 'start: "[" (a | b) "]"\na: "x" c ("," a)?\nb: "x" d ("," b)?\nc: | c "y"\nd: | d "y" | d "z"\n'
+
+
+@pytest.mark.parametrize("source", [_CHAIN, _FORKED], ids=["chain", "forked"])
+def test_grouped_and_in_place_parser_steps_match_the_references(smol_info, source):
+    if isinstance(source, dict):
+        g = compile_json_schema(source, smol_info, cache=False)
+    else:
+        g = compile_grammar(source, smol_info, glr=True)
+        assert g.tables.forks, "the test needs a grammar with conflicts"
+    t = g.tables
+    stacks = {st for st, _ in _walk_states(g, random.Random(2), walks=25, steps=60)}
+    assert len(stacks) > 20 and max(len(st) for st in stacks) > 6
+    for st in stacks:
+        terms = [n for n in t.actions[st[-1]] if n in t.terminals]
+        got, low = shiftable(t, st, terms)
+        assert (set(got), low) == _shiftable_reference(t, st, terms)
+        if not t.forks:
+            for term in list(t.terminals) + [END]:
+                assert push(t, st, term) == _push_reference(t, st, term)
+            assert accepts_end(t, st) == _accepts_end_reference(t, st)
+
+
+def test_grouped_shiftable_defers_to_push_all_past_max_forks(smol_info):
+    """Where the grouped search meets more than MAX_FORKS stacks, each terminal is decided by push_all
+    (which raises for the ones that are too ambiguous), as before."""
+    g = compile_grammar('start: s\ns: s s | "x"\n', smol_info, glr=True)
+    m = g.matcher()
+    m.advance_bytes(b"x" * 6)
+    t = g.tables
+    for st, _ in m.configs:
+        terms = [n for n in t.actions[st[-1]] if n in t.terminals]
+        assert (set(shiftable(t, st, terms)[0]), shiftable(t, st, terms)[1]) == _shiftable_reference(
+            t, st, terms
+        )
+    assert MAX_FORKS == 64
