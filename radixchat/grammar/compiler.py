@@ -38,6 +38,7 @@ from .lalr import (
     shiftable,
 )
 from .lexer import DEAD, SPACE
+from .limits import gc_paused
 from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
 
@@ -88,6 +89,7 @@ class CompiledGrammar:
         start: str = "start",
         max_states: int = 20_000,
         glr: bool = False,
+        grammar: tuple | None = None,
     ) -> None:
         self.text = text
         self.source = source
@@ -99,7 +101,9 @@ class CompiledGrammar:
         self.glr = glr
         #: Schema keywords this grammar does not enforce (lenient JSON Schemas; see schema.json_schema).
         self.not_enforced: tuple[str, ...] = ()
-        self.tables: Tables = build_tables(text, source, start, max_states, glr=glr)
+        #: ``grammar``: Lark's compiled form of ``text`` when the caller built it (see ``build_tables``).
+        with gc_paused():
+            self.tables: Tables = build_tables(text, source, start, max_states, glr=glr, grammar=grammar)
         t = self.tables
         self.ignore = frozenset(t.ignore)
         #: States inside a string whose content follows an embedded grammar (``schema.string_grammar``):

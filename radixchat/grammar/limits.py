@@ -8,6 +8,7 @@ pathological schema fails alone, with one line saying so, and everything else go
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,3 +44,21 @@ def check(where: str = "") -> None:
     if d is not None and time.monotonic() > d[0]:
         near = f" (near {where})" if where else ""
         raise GrammarError(f"{d[2]}: too complex to compile within {d[1]:g} s{near}")
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while compiling (nested: the outermost resumes it).
+
+    Compiling allocates hundreds of thousands of small containers (LR items, DFA rows, rule lists),
+    which triggers full collections; each walks every object of the process (a loaded model and
+    tokenizer: ~0.1 s a time), several times per big schema. Compiling makes little cyclic garbage;
+    what it makes is collected after."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

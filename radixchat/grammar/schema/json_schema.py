@@ -23,7 +23,7 @@ from decimal import Decimal
 from .. import regex as rx
 from ..compiler import CompiledGrammar
 from ..errors import GrammarError
-from ..limits import COMPILE_SECONDS, check, deadline
+from ..limits import COMPILE_SECONDS, check, deadline, gc_paused
 from . import json_terminals as jt
 from .allof import merge_all_of
 from .json_objects import NOT_ALL, array_shape, literal_structure, object_shape
@@ -137,6 +137,7 @@ class SchemaCompiler:
         self._ref_rules: dict[str, str] = {}
         self._resolving: set[str] = set()
         self.pairs: dict[tuple[str, str], str] = {}
+        self.start_symbol: str | None = None  # set by ``lark()``
 
     # -- entry point ------------------------------------------------------------------------------------
 
@@ -144,6 +145,7 @@ class SchemaCompiler:
         sym = self.symbol(self.root, "")
         if sym is None:
             raise GrammarError("schema at # accepts no value")
+        self.start_symbol = sym
         return self.w.text(sym)
 
     # -- helpers ----------------------------------------------------------------------------------------
@@ -344,14 +346,18 @@ class SchemaCompiler:
                 )
             types = schema_types(schema, path)
             sh = Shape()
-            for v in values:
-                if (
-                    types is None
-                    or type_of(v) in types
-                    or (type_of(v) == "integer" and "number" in types)
-                    or (type_of(v) == "number" and "integer" in types and float(v).is_integer())
-                ):
-                    sh.merge(self.literal_shape(v, path))
+            sh.merge_all(
+                [
+                    self.literal_shape(v, path)
+                    for v in values
+                    if (
+                        types is None
+                        or type_of(v) in types
+                        or (type_of(v) == "integer" and "number" in types)
+                        or (type_of(v) == "number" and "integer" in types and float(v).is_integer())
+                    )
+                ]
+            )
             return sh
         types = schema_types(schema, path)
         if types is None:
@@ -621,10 +627,17 @@ def compile_json_schema(
         _CACHE.move_to_end(key)
         return _CACHE[key]
     comp = SchemaCompiler(schema, lenient, additional_properties)
-    with deadline(max_seconds, "schema"):
+    with deadline(max_seconds, "schema"), gc_paused():
         text = comp.lark()  # its errors name the keyword and pointer
         try:
-            g = CompiledGrammar(text, info, source="<json schema>", max_states=max_states, glr=True)
+            g = CompiledGrammar(
+                text,
+                info,
+                source="<json schema>",
+                max_states=max_states,
+                glr=True,
+                grammar=comp.w.compiled(comp.start_symbol),
+            )
         except GrammarError as e:
             where = comp.w.where_of(str(e))
             if where is None:

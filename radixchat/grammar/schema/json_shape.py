@@ -27,21 +27,31 @@ class Shape:
     empty_array: bool = False
 
     def merge(self, o: Shape) -> None:
-        self.any |= o.any
-        self.any_string |= o.any_string
-        self.any_number |= o.any_number
-        for a in o.strings:
-            if a not in self.strings:
-                self.strings.append(a)
-        for a in o.numbers:
-            if a not in self.numbers:
-                self.numbers.append(a)
-        self.literals |= o.literals
-        self.grammars += [s for s in o.grammars if s not in self.grammars]
-        self.objects += [s for s in o.objects if s not in self.objects]
-        self.arrays += [s for s in o.arrays if s not in self.arrays]
-        self.empty_object |= o.empty_object
-        self.empty_array |= o.empty_array
+        self.merge_all([o])
+
+    def merge_all(self, shapes: list[Shape]) -> None:
+        """Merge several shapes at once: one pass per list with a set of what it holds (merging an
+        ``enum`` of thousands of values one at a time, with list scans, was quadratic)."""
+        for o in shapes:
+            self.any |= o.any
+            self.any_string |= o.any_string
+            self.any_number |= o.any_number
+            self.literals |= o.literals
+            self.empty_object |= o.empty_object
+            self.empty_array |= o.empty_array
+        for attr in ("strings", "numbers", "grammars", "objects", "arrays"):
+            dst = getattr(self, attr)
+            seen = None
+            for o in shapes:
+                src = getattr(o, attr)
+                if not src:
+                    continue
+                if seen is None:
+                    seen = set(dst)
+                for a in src:
+                    if a not in seen:
+                        seen.add(a)
+                        dst.append(a)
 
     def kinds(self) -> set[str]:
         out = set()

@@ -90,6 +90,7 @@ _ANY_HEX4 = rep(("set", norm((ord(c), ord(c)) for c in HEX)), 4, 4)
 _PAIR = cat(lit("\\u"), _fixed_range(0xD800, 0xDBFF, 4), lit("\\u"), _fixed_range(0xDC00, 0xDFFF, 4))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure; schemas write the same characters over and over
 def encode_set(ranges: Ranges, max_escape_ranges: int = 24) -> Node:
     """The JSON-text forms of one decoded character from ``ranges``.
 
@@ -434,6 +435,21 @@ def number_terminal(
     """A JSON number (integer if ``integer``) within the bounds, as a regex AST."""
     if lo is None and hi is None:
         return rx.parse(INTEGER_RE if integer else NUMBER_RE)
+    got = _bounded_number(
+        None if lo is None else str(lo), lo_strict, None if hi is None else str(hi), hi_strict, integer
+    )
+    if got is None:
+        raise GrammarError(f"{where}: no number satisfies the bounds")
+    return got
+
+
+@functools.lru_cache(maxsize=4096)  # schemas repeat their bounds (money amounts, percentages)
+def _bounded_number(
+    lo_text: str | None, lo_strict: bool, hi_text: str | None, hi_strict: bool, integer: bool
+):
+    """``number_terminal``'s AST for bounds given as text (None when no number fits)."""
+    lo = None if lo_text is None else Decimal(lo_text)
+    hi = None if hi_text is None else Decimal(hi_text)
     zero = Decimal(0)
     dfas: list[ByteDFA] = []
     if lo is not None:
@@ -454,8 +470,10 @@ def number_terminal(
         dfas.append(_side_dfa(pos, neg, integer))
     try:
         d = dfas[0] if len(dfas) == 1 else product(dfas[0], dfas[1], "and")
-    except GrammarError:
-        raise GrammarError(f"{where}: no number satisfies the bounds") from None
+    except GrammarError as e:
+        if "matches nothing" not in str(e):
+            raise  # a limit or the deadline: not an answer to cache
+        return None
     # The regex from state elimination may list a shorter alternative first ("1" before "150"); the
     # right-context look-ahead makes Python's leftmost-first match the longest, as our lexer does.
     return rx.cat(byte_dfa_to_ast(d), NUMBER_END)
