@@ -253,6 +253,7 @@ def worker(name: str, files: list[str], out: Path, time_limit: int) -> None:
             signal.alarm(0)
             f.write(json.dumps(rec) + "\n")
             f.flush()
+    gc.unfreeze()  # as the CLI does on its way out (frozen extension objects are reported as leaks)
 
 
 def run_engine(name: str, files: list[Path], out: Path, time_limit: int, resume: bool = False) -> None:

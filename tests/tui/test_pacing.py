@@ -59,7 +59,9 @@ def test_the_pace_recovers_when_frames_get_cheap_again():
     assert p.interval == pytest.approx(0.2)
 
 
-@pytest.mark.parametrize(("fastest", "slowest", "share"), [(0.0, 1.0, 0.05), (2.0, 1.0, 0.05), (0.2, 1.0, 0.0)])
+@pytest.mark.parametrize(
+    ("fastest", "slowest", "share"), [(0.0, 1.0, 0.05), (2.0, 1.0, 0.05), (0.2, 1.0, 0.0)]
+)
 def test_bad_pacing_is_refused(fastest, slowest, share):
     with pytest.raises(ValueError, match="bad pacing"):
         WritePacer(fastest=fastest, slowest=slowest, share=share)
