@@ -98,11 +98,12 @@ def test_plan_picks_the_fastest_kernel_per_bucket_within_the_format():
             "64": {"float32": 9.0, "bfloat16": 6.0, "float16": 20.0, "int4": 7.0},
             "512": {"float32": 50.0, "bfloat16": 60.0, "float16": 99.0, "int4": 70.0},
         },
-        "head": {"1": {"float32": 9.0, "bfloat16": 4.0, "float16": 2.0, "int4": 1.0}},
+        "head": {"1": {"float32": 2.5, "bfloat16": 4.0, "float16": 2.0, "int4": 1.0}},
     }
     plan = W.plan_from_probe("int4", timings, CPU)
     assert plan.tables["layers"] == ((8, "int4"), (64, "bfloat16"), (1 << 62, "float32"))
-    assert plan.tables["head"] == ((1 << 62, "float16"),)  # never 4-bit or bfloat16 logits
+    assert plan.tables["head"] == ((1 << 62, "float32"),)  # with int4 layers the logits stay exact
+    assert W.plan_from_probe("float16", timings, CPU).tables["head"] == ((1 << 62, "float16"),)  # never bf16
     assert W.plan_from_probe("float16", timings, CPU).tables["layers"] == (
         (8, "float16"),
         (1 << 62, "float32"),
@@ -113,6 +114,16 @@ def test_plan_picks_the_fastest_kernel_per_bucket_within_the_format():
     assert auto.format == (
         "int4" if "int4" in runnable else "float16" if "float16" in runnable else "float32"
     )
+
+
+def test_a_near_tie_with_float32_goes_to_the_exact_kernel():
+    timings = {
+        "layers": {"1": {"float32": 9.0, "bfloat16": 8.5, "float16": 8.2, "int4": 2.0}},
+        "head": {"1": {"float32": 5.29, "float16": 4.85}, "2": {"float32": 9.0, "float16": 4.0}},
+    }
+    assert W.plan_from_probe("float16", timings, CPU).tables["layers"] == ((1 << 62, "float32"),)  # 9% faster
+    plan = W.plan_from_probe("float16", timings, CPU)
+    assert plan.tables["head"] == ((1, "float32"), (1 << 62, "float16"))  # 8% faster at 1 row, 2x at 2
 
 
 def test_unknown_format_is_a_usage_error_naming_the_choices():
