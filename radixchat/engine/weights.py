@@ -16,7 +16,7 @@ Kernels (a format is the set of kernels it may use):
   through PyTorch's CPU int4 matmul with bfloat16 activations. For a model that was shipped as Q4_1 (the
   bundled SmolLM2) the 4-bit codes are recovered exactly; the group scales and the output round to bfloat16.
 
-The LM head is the exception: every format computes it in float16 or float32 (see ``HEAD_KERNELS``).
+The LM head is the exception: every format computes it in float16 or float32 (see ``HEAD_FORMATS``).
 """
 
 from __future__ import annotations
@@ -49,14 +49,18 @@ WEIGHTS_CHOICES = ("auto", *FORMATS)
 # top-1 token flips at 3% and 16% of positions of a teacher-forced text with SmolLM2 (float16: under 1%). So
 # the head keeps at least float16 in every format.
 HEAD_KERNELS = ("float16", "float32")
-#: A lossy kernel is planned instead of float32 only when it is at least this much faster. On an Intel
-#: Xeon (AVX-512) the LM head in float16 was 8% faster than in float32, and int4 layers with that head
-#: fell to 97.97% teacher-forced top-1 agreement with float32 (98.99% with a float32 head): under the
-#: 98% quality guard, for a gain inside the probe's noise.
+#: The head's kernels per format. With int4 layers the logits stay float32: on an Intel Xeon (AVX-512),
+#: int4 layers with a float16 head agreed with float32 on 97.97% of a ~300-token teacher-forced text (the
+#: quality guard asks 98%), with a float32 head on 98.99%: the 4-bit layers use the budget.
+HEAD_FORMATS: dict[str, tuple[str, ...]] = {
+    "float32": ("float32",),
+    "bfloat16": HEAD_KERNELS,
+    "float16": HEAD_KERNELS,
+    "int4": ("float32",),
+}
+#: A lossy kernel is planned instead of float32 only when it is at least this much faster: a smaller gain
+#: is within the probe's noise and not worth the precision (the float16 head above was 8% faster).
 EXACT_MARGIN = 0.10
-#: INT4_HEAD: with int4 layers the LM head is float32. On the same Xeon, int4 layers with a float16 head
-#: agreed with float32 on 97.97% of a ~300-token text (the quality guard asks 98%), with a float32 head
-#: on 98.99%: the 4-bit layers use the budget, so the logits stay exact.
 INT4_GROUP = 32
 # Row counts the probe measures; a call with m rows uses the choice of the smallest bucket >= m.
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -340,11 +344,7 @@ def plan_from_probe(fmt: str, timings: dict, device: torch.device) -> WeightsPla
     for group, buckets in timings.items():
         rows: list[tuple[int, str]] = []
         for bucket in sorted(buckets, key=int):
-            allowed = set(FORMATS[fmt]) if group != "head" else set(HEAD_KERNELS)
-            if group == "head" and fmt == "int4":
-                allowed = {"float32"}  # 4-bit layers spend the quality budget: exact logits (INT4_HEAD)
-            if fmt == "float32":
-                allowed = {"float32"}
+            allowed = set(FORMATS[fmt] if group != "head" else HEAD_FORMATS[fmt])
             options = {k: t for k, t in buckets[bucket].items() if k in allowed}
             best = min(options, key=options.__getitem__) if options else "float32"
             if "float32" in options and options[best] > options["float32"] * (1 - EXACT_MARGIN):

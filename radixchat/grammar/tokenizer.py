@@ -116,7 +116,7 @@ class TokenizerInfo:
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
         self._runs: dict[int, LexRun] = {}
         # Built now, not at the first wide lexer state (SmolLM2: ~60 ms, which a mask would pay).
-        self._trie: Trie | None = Trie(self._sorted, self._sorted_ids) if n else None
+        self.trie = Trie(self._sorted, self._sorted_ids)  # the vocabulary's prefix trie (``lexer.Trie``)
         self._n_derived = 0  # runs of counted states in _runs (derived, never saved)
         self._profiles: dict[tuple, Profile] = {}  # counted loops: (loop key, local state) -> profile
         #: Interned masks: packed bits -> (tensor, numpy view); one tensor per distinct mask.
@@ -192,14 +192,6 @@ class TokenizerInfo:
                 run = self._runs[lex]
         return run
 
-    @property
-    def trie(self) -> Trie:
-        """The vocabulary's prefix trie (``lexer.Trie``), built on first use."""
-        t = self._trie
-        if t is None:
-            t = self._trie = Trie(self._sorted, self._sorted_ids)
-        return t
-
     def _counted(self, lex: int) -> LexRun | None:
         """The run of a lexer state that is one counted DFA inside its loop, derived from the loop's
         profile (see ``counted_runs``); None for any other state."""
@@ -250,9 +242,9 @@ class TokenizerInfo:
         of the rows whose lexeme ended in accepting pre, for each pre])`` (cached: context-independent)."""
         got = self._groups.get((key, lex))
         if got is None:
-            got = self._rows.get((key, lex))
-            final, death, pres = (
-                got if got is not None else run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
+            # the raw rows are not kept as well (``rows_run`` keeps them, for budget steering)
+            final, death, pres = self._rows.get((key, lex)) or run_rows(
+                lex, ids, offs, self.flat, self.starts, self.lens
             )
             subs = [(p, ids[sel], death[sel]) for p, sel in groups_by_pre(death, pres)]
             got = self._groups[(key, lex)] = (ids[final != DEAD], subs)
