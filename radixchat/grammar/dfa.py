@@ -158,9 +158,8 @@ class ByteDFA:
     @property
     def rows(self) -> list[array]:
         """``trans`` as one int array per state, built on first use (a big DFA's rows cost more than the
-        DFA, and most are never read). Arrays, not lists of ints: the garbage collector does not walk
-        them (lists of the process's DFAs held millions of int references, and every full collection
-        visited them all)."""
+        DFA, and most are never read). Arrays, not lists of ints: the garbage collector visits each
+        array once, not each int (lists of the process's DFAs held millions of int references)."""
         if self._rows is None:
             t32 = np.ascontiguousarray(self.trans, dtype=np.int32)
             self._rows = [array("i", r.tobytes()) for r in t32]

@@ -6,8 +6,14 @@ a canonical tuple ``((dfa_id, state), ...)``. Lexer states are interned process-
 in every JSON grammar, and what depends only on it is computed once per tokenizer (``LexRun``).
 
 Stepping a lexer state by a byte steps each component DFA and keeps the live ones (a lazily built
-product automaton). Rows of the product are kept as Python lists (scalar stepping in ``advance``) and
+product automaton). Rows of the product are kept in one flat int array (scalar stepping in ``advance``) and
 in one numpy table (vectorised runs of the whole vocabulary in ``run``).
+
+What is kept per lexer state lives in a few flat arrays, not in an object per state: every container
+object is one more thing each full collection of Python's garbage collector visits (an ``array`` is
+tracked even though it holds no references), and a run over many schemas interns tens of thousands of
+states. With one array per row and two per ``live_bytes`` entry a full collection took ~60 ms after 400
+MaskBench schemas, and it landed inside some mask.
 """
 
 from __future__ import annotations
@@ -38,9 +44,10 @@ class LexerSpace:
         self._dfa_ids: dict[str, int] = {}
         self.comps: list[tuple[tuple[int, int], ...]] = [()]
         self._ids: dict[tuple[tuple[int, int], ...], int] = {(): DEAD}
-        # Rows as int arrays, not lists: they hold no object references, so Python's collector does not
-        # walk them (a long counted string makes tens of thousands).
-        self.rows: list[array | None] = [array("i", [DEAD] * 256)]
+        # Rows, built lazily, all in one int array: state s's row is _row_data[_row_at[s]:][:256]
+        # (_row_at[s] < 0: not built yet). One object for the collector, however many states.
+        self._row_at = array("q", [0])
+        self._row_data = array("i", [DEAD] * 256)
         self.accepting: list[tuple[int, ...]] = [()]
         self.is_start: list[bool] = [False]
         # Rows materialised for vectorised runs (``materialise``), in the order they were needed: the
@@ -51,7 +58,10 @@ class LexerSpace:
         self._slot = np.full(1024, -1, dtype=np.int32)  # lexer state -> its row in _table (-1: none yet)
         self._slot[DEAD] = 0
         self._acc_np = np.zeros(1024, dtype=bool)
-        self.live: list[tuple[array, array] | None] = []  # see ``live_bytes``
+        # ``live_bytes``: state -> (its live bytes, where their next states start in _live_next); such
+        # tuples of a bytes object and an int are untracked by the collector once it has seen them.
+        self.live: list[tuple[bytes, int] | None] = []
+        self._live_next = array("i")
         self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
 
     # -- DFAs --------------------------------------------------------------------------------------
@@ -84,7 +94,7 @@ class LexerSpace:
             if got >= MAX_LEXER_STATES:
                 raise GrammarError("too many lexer states (grammar terminals overlap too much)")
             self.comps.append(comps)
-            self.rows.append(None)
+            self._row_at.append(-1)
             self.accepting.append(tuple(d for d, s in comps if self.dfas[d].accept[s]))
             self.is_start.append(all(s == 0 for _, s in comps))
             self._ids[comps] = got
@@ -95,10 +105,10 @@ class LexerSpace:
         return self.intern(tuple(sorted((d, 0) for d in set(dfa_ids))))
 
     def row(self, lex: int) -> array:
-        """Next lexer state for each byte (DEAD where no terminal survives)."""
-        r = self.rows[lex]
-        if r is not None:
-            return r
+        """Next lexer state for each byte (DEAD where no terminal survives); a copy."""
+        at = self._row_at[lex]
+        if at >= 0:
+            return self._row_data[at : at + 256]
         comps = self.comps[lex]
         if len(comps) == 1:  # one terminal (a string's interior): its DFA's row, renamed
             d, s = comps[0]
@@ -107,9 +117,7 @@ class LexerSpace:
                 return self._single_row(lex, d, dfa.trans[s])
             targets, inv = np.unique(np.asarray(self.dfas[d].trans[s]), return_inverse=True)
             ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
-            out = array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes())
-            self.rows[lex] = out
-            return out
+            return self._keep_row(lex, array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes()))
         # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
         cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
         key = ((cols + 1) * _MIX[np.arange(len(comps)) % _MIX.shape[0], None]).sum(axis=0)
@@ -122,9 +130,14 @@ class LexerSpace:
         for k in first.tolist():
             col = cols[:, k].tolist()
             ids.append(self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0)))
-        out = array("i", np.array(ids, dtype=np.int32)[inv].tobytes())
-        self.rows[lex] = out
-        return out
+        return self._keep_row(lex, array("i", np.array(ids, dtype=np.int32)[inv].tobytes()))
+
+    def _keep_row(self, lex: int, row: array) -> array:
+        with self.lock:
+            if self._row_at[lex] < 0:  # another thread may have built it meanwhile
+                self._row_at[lex] = len(self._row_data)
+                self._row_data.extend(row)
+        return row
 
     def _single_row(self, lex: int, d: int, trans: np.ndarray) -> array:
         """``row`` of a one-terminal state of a plain DFA: its DFA row through the DFA's map from states
@@ -139,15 +152,13 @@ class LexerSpace:
             for t in np.unique(trans[ids < 0]).tolist():
                 m[t + 1] = self.intern(((d, t),))
             ids = m[trans + 1]
-        out = array("i", ids.tobytes())
-        self.rows[lex] = out
-        return out
+        return self._keep_row(lex, array("i", ids.tobytes()))
 
     def step(self, lex: int, byte: int) -> int:
-        r = self.rows[lex]
-        if r is None:
-            r = self.row(lex)
-        return r[byte]
+        at = self._row_at[lex]
+        if at < 0:
+            return self.row(lex)[byte]
+        return self._row_data[at + byte]
 
     def materialise(self, states: np.ndarray) -> None:
         """Make the rows of ``states`` (and their ``accepting_np``) ready for ``next_states`` (lazily: a
@@ -228,8 +239,13 @@ class LexRun:
     inside_ids: np.ndarray
     finals: np.ndarray | Callable[[], np.ndarray]
     cont: np.ndarray
-    cross: list[tuple[int, np.ndarray, np.ndarray]]
+    cross: tuple[tuple[int, np.ndarray, np.ndarray], ...]
     key: tuple = ()
+
+    def __post_init__(self) -> None:
+        # a tuple of tuples of ints and arrays: untracked by the collector (a list would be walked in
+        # every full collection, one per run kept)
+        self.cross = tuple(self.cross)
 
     @property
     def inside_final(self) -> np.ndarray:
@@ -426,17 +442,19 @@ _BYTE = [bytes([b]) for b in range(256)]
 WIDE = 16  # a lexer state with more live bytes is run vectorised, not walked
 
 
-def live_bytes(lex: int) -> tuple[array, array]:
-    """``(bytes, next lexer states)`` for the bytes that continue the lexeme of ``lex`` (cached; int
-    arrays, which the garbage collector does not walk)."""
+def live_bytes(lex: int) -> tuple[bytes, int]:
+    """The bytes that continue the lexeme of ``lex``, and where their next lexer states start in
+    ``SPACE._live_next`` (cached; flat, see the module docstring)."""
     got = SPACE.live[lex] if lex < len(SPACE.live) else None
     if got is None:
         row = np.frombuffer(SPACE.row(lex), dtype=np.int32)
-        bs = np.flatnonzero(row).astype(np.int32)  # DEAD is 0
-        got = (array("i", bs.tobytes()), array("i", row[bs].tobytes()))
+        bs = np.flatnonzero(row)  # DEAD is 0
         with SPACE.lock:
             SPACE.live.extend([None] * (len(SPACE.comps) - len(SPACE.live)))
-            SPACE.live[lex] = got
+            got = SPACE.live[lex]
+            if got is None:
+                got = SPACE.live[lex] = (bs.astype(np.uint8).tobytes(), len(SPACE._live_next))
+                SPACE._live_next.frombytes(row[bs].astype(np.int32).tobytes())
     return got
 
 
@@ -448,6 +466,7 @@ def walk_run(
     reaches a wide lexer state is run vectorised from there. Cost: the prefixes visited, not the
     vocabulary."""
     accepting = SPACE.accepting
+    nexts = SPACE._live_next
     in_pos: list[int] = []
     in_fin: list[int] = []
     cross: dict[int, list[tuple[int, int, int]]] = {}
@@ -462,12 +481,13 @@ def walk_run(
             lo += 1
             if lo >= hi:
                 continue
-        live_b, live_t = live_bytes(s)
+        live_b, at = live_bytes(s)
         if d and len(live_b) > WIDE:
             wide.append((s, lo, hi, d))
             continue
         covered = lo
-        for b, t in zip(live_b, live_t):
+        for k, b in enumerate(live_b, at):
+            t = nexts[k]
             pb = p + _BYTE[b]
             a = bisect_left(toks, pb, covered, hi)
             z = bisect_left(toks, p + _BYTE[b + 1], a, hi) if b < 255 else hi

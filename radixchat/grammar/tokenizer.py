@@ -11,6 +11,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -114,17 +115,17 @@ class TokenizerInfo:
         self._sorted_ids = np.array(order, dtype=np.int64)
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
-        self._runs: dict[int, LexRun] = {}
+        self._runs: dict[int, tuple] = {}  # lexer state -> its LexRun's fields (``lexrun``)
         # Built now, not at the first wide lexer state (SmolLM2: ~60 ms, which a mask would pay).
         self.trie = Trie(self._sorted, self._sorted_ids)  # the vocabulary's prefix trie (``lexer.Trie``)
         self._n_derived = 0  # runs of counted states in _runs (derived, never saved)
         self._profiles: dict[tuple, Profile] = {}  # counted loops: (loop key, local state) -> profile
-        #: Interned masks: packed bits -> (tensor, numpy view); one tensor per distinct mask.
-        self.masks: dict[bytes, tuple] = {}
+        #: Interned masks: packed bits -> one read-only-by-contract bool array per distinct mask.
+        self.masks: dict[bytes, np.ndarray] = {}
         self._ends_first: dict[int, np.ndarray] = {}
         self._ends_mask: dict[int, np.ndarray] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._groups: dict[tuple, tuple[np.ndarray, list]] = {}
+        self._groups: dict[tuple, tuple[np.ndarray, tuple]] = {}
         self._lock = threading.Lock()
 
     # -- construction ------------------------------------------------------------------------------
@@ -172,25 +173,31 @@ class TokenizerInfo:
     # -- context-independent mask cache -------------------------------------------------------------
 
     def lexrun(self, lex: int) -> LexRun:
-        run = self._runs.get(lex)
+        got = self._runs.get(lex)
+        if got is not None:
+            ids, finals, cont, cross, key = got
+            return LexRun(ids, finals if finals is not None else partial(self._finals, lex), cont, cross, key)
+        run = self._counted(lex)
         if run is None:
-            counted = self._counted(lex)
-            live = (
-                np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD) if counted is None else None
-            )
-            if counted is not None:
-                run = counted
-            elif live.size <= WIDE:
+            live = np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD)
+            if live.size <= WIDE:
                 run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
             else:
                 trie = self.trie
                 run = lex_run(lex, trie.ids, self.flat, self.starts, self.lens, trie_run(lex, trie))
-            with self._lock:
-                if lex not in self._runs:
-                    self._runs[lex] = run
-                    self._n_derived += run.derived
-                run = self._runs[lex]
+        with self._lock:
+            if lex not in self._runs:
+                # Kept as a plain tuple of arrays and ints, which the garbage collector stops tracking
+                # (a LexRun object, or a counted run's closure, would be walked by every full
+                # collection: tens of thousands over a long run). A counted run's finals are derived
+                # again when asked (rarely: budget steering).
+                finals = run.finals if isinstance(run.finals, np.ndarray) else None
+                self._runs[lex] = (run.inside_ids, finals, run.cont, run.cross, run.key)
+                self._n_derived += run.derived
         return run
+
+    def _finals(self, lex: int) -> np.ndarray:
+        return self._counted(lex).inside_final
 
     def _counted(self, lex: int) -> LexRun | None:
         """The run of a lexer state that is one counted DFA inside its loop, derived from the loop's
@@ -246,18 +253,19 @@ class TokenizerInfo:
             final, death, pres = self._rows.get((key, lex)) or run_rows(
                 lex, ids, offs, self.flat, self.starts, self.lens
             )
-            subs = [(p, ids[sel], death[sel]) for p, sel in groups_by_pre(death, pres)]
+            subs = tuple((p, ids[sel], death[sel]) for p, sel in groups_by_pre(death, pres))
             got = self._groups[(key, lex)] = (ids[final != DEAD], subs)
         return got
 
     def intern_mask(self, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
-        """One shared tensor per distinct mask: returns (tensor, its numpy view); never mutate them."""
+        """One shared array per distinct mask: returns (a tensor over it, the array); never mutate them."""
         key = np.packbits(mask).tobytes()
-        got = self.masks.get(key)
-        if got is None:
-            mask = mask.copy()
-            got = self.masks[key] = (torch.from_numpy(mask), mask)
-        return got
+        view = self.masks.get(key)
+        if view is None:
+            view = self.masks[key] = mask.copy()
+        # a new tensor object over the shared memory: the cache keeps only the numpy array, which the
+        # garbage collector does not track (a tensor is tracked; the cache holds thousands)
+        return torch.from_numpy(view), view
 
     @property
     def cached_lexer_states(self) -> int:
@@ -277,7 +285,7 @@ class TokenizerInfo:
         """
         arrays: dict[str, np.ndarray] = {}
         index = []
-        runs = [(lex, run) for lex, run in list(self._runs.items()) if not run.derived]
+        runs = [(lex, self.lexrun(lex)) for lex, got in list(self._runs.items()) if got[4][:1] != ("xc",)]
         for k, (lex, run) in enumerate(runs):
             finals = np.unique(run.inside_final)
             index.append(
@@ -319,7 +327,7 @@ class TokenizerInfo:
                 ]
                 inside_ids = data[f"i{k}"]
                 inside_final = finals[data[f"f{k}"]] if len(finals) else np.zeros(0, dtype=np.int32)
-                self._runs[lex] = LexRun(inside_ids, inside_final, data[f"c{k}"], cross, ("x", lex))
+                self._runs[lex] = (inside_ids, inside_final, data[f"c{k}"], tuple(cross), ("x", lex))
                 added += 1
         return added
 

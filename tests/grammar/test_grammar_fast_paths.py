@@ -167,3 +167,34 @@ def test_grouped_shiftable_defers_to_push_all_past_max_forks(smol_info):
             t, st, terms
         )
     assert MAX_FORKS == 64
+
+
+def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
+    """What the process-wide caches keep per lexer state and per run must not be an object that the
+    garbage collector tracks: each full collection visits every one, and a long run interns tens of
+    thousands (a full collection of those landed inside masks as 100-250 ms stalls)."""
+    import gc
+
+    rng = random.Random(3)
+    words = sorted({"".join(rng.choice("abcdefghij") for _ in range(rng.randint(4, 9))) for _ in range(400)})
+    schema = {
+        "type": "object",
+        "properties": {"k": {"enum": words}, "s": {"type": "string", "pattern": "^[a-f]{2,40}x[0-9]*$"}},
+        "required": ["k", "s"],
+    }
+    warm_up = compile_json_schema({"type": "array", "items": {"enum": ["ab", "cd"]}}, smol_info, cache=False)
+    _walk_states(warm_up, rng, walks=2, steps=5)  # module-level caches (regex, Lark) fill once
+    del warm_up
+    gc.collect()
+    gc.collect()  # a tuple of untracked items is untracked by the pass that sees it: twice for nesting
+    states, runs, tracked = len(SPACE.comps), smol_info.cached_lexer_states, len(gc.get_objects())
+    g = compile_json_schema(schema, smol_info, cache=False)  # the grammar itself goes away after
+    _walk_states(g, rng, walks=40, steps=25)
+    del g
+    gc.collect()
+    gc.collect()
+    new_states = len(SPACE.comps) - states
+    new_runs = smol_info.cached_lexer_states - runs
+    assert new_states > 300 and new_runs > 100  # the walks reached many new lexer states
+    # before: three int arrays per lexer state and a LexRun with a list per run (> 3 per state)
+    assert len(gc.get_objects()) - tracked < new_states / 10
