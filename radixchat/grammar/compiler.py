@@ -117,6 +117,7 @@ class CompiledGrammar:
         self.dfa_term: dict[int, str] = {}
         for term in sorted(t.terminals.values(), key=lambda x: x.rank):
             self.dfa_term.setdefault(term.dfa, term.name)
+        info.prepare(self.dfa_term)
         self._rank = {name: term.rank for name, term in t.terminals.items()}
         self._choose: dict[int, tuple[str, ...]] = {}
         self._unions: dict = {}

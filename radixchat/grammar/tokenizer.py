@@ -212,13 +212,26 @@ class TokenizerInfo:
         local = dfa.in_loop(s)
         if local < 0:
             return None
+        return counted_run(d, dfa, s, local, self._profile(dfa, local))
+
+    def _profile(self, dfa: CountedDFA, local: int) -> Profile:
         key = (dfa.loop.key, local)
         prof = self._profiles.get(key)
         if prof is None:
             prof = self._profiles[key] = profile(
                 dfa.loop, local, self._by_first, self._first_bounds, self.flat, self.starts, self.lens
             )
-        return counted_run(d, dfa, s, local, prof)
+        return prof
+
+    def prepare(self, dfa_ids: Iterable[int]) -> None:
+        """Build now what the masks of these terminals' DFAs will need once per tokenizer: the profiles
+        of counted loops (a run of the vocabulary through the loop's skeleton, ~10-25 ms for a JSON
+        string's characters), so that a grammar's compile pays them, not one of its masks."""
+        for d in dfa_ids:
+            dfa = SPACE.dfas[d]
+            if isinstance(dfa, CountedDFA):
+                for local in range(dfa.loop.n_loop):
+                    self._profile(dfa, local)
 
     def ends_first_mask(self, lex: int, run: LexRun) -> np.ndarray:
         """bool[vocab_size]: the text tokens whose first byte cannot continue the lexeme of ``lex``."""

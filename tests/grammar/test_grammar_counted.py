@@ -205,3 +205,20 @@ def test_counted_states_survive_the_disk_cache(smol_info, tmp_path):
     m2 = g2.matcher()
     m2.advance_bytes(b'{"s":"ab')
     assert np.array_equal(m2.allowed().numpy(), m.allowed().numpy())
+
+
+def test_compiling_builds_the_loop_profiles_so_masks_build_none(smol_info, smol_tokenizer):
+    """A counted loop's profile (one vectorised run of the vocabulary, ~10-25 ms) is built when the
+    grammar compiles, not inside its first mask (where it was the run's worst stall)."""
+    schema = {"type": "string", "pattern": "^[q-u]{3,40}$"}  # a character class no other test uses
+    g = compile_json_schema(schema, smol_info, cache=False)
+    counted = [d for d in g.dfa_term if isinstance(SPACE.dfas[d], CountedDFA)]
+    assert counted
+    loops = {SPACE.dfas[d].loop.key for d in counted}
+    built = {key for key in smol_info._profiles if key[0] in loops}
+    assert built  # compiling built them
+    before = len(smol_info._profiles)
+    ids = smol_tokenizer.encode('"qrstuqrstu"', add_special_tokens=False)
+    assert first_rejection(g, ids) is None
+    assert first_rejection(g, smol_tokenizer.encode('"qrv"', add_special_tokens=False)) is not None
+    assert len(smol_info._profiles) == before  # the masks built none
