@@ -20,6 +20,7 @@ the source of the modules traced), so a stale graph is never loaded.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import logging
@@ -173,7 +174,10 @@ class DecodeGraphs:
         self._graphs: dict[tuple[int, int], Any] = {}
         self._next_poll = 0.0
         self._constants: dict[str, torch.Tensor] | None = None
-        self._builder: subprocess.Popen | None = None
+        self._builder: subprocess.Popen | None = None  # the builder this engine started
+        #: The builder this engine pauses while busy: its own, or one that another process started and left
+        #: running (a chat quit before its build finished, then a second start).
+        self._builder_pid: int | None = None
         self._held = False
         self.poll(force=True)
         if self.state == "compiling" and build:
@@ -240,17 +244,22 @@ class DecodeGraphs:
         With two cores, a compiler running beside a decode step (even niced) stalls the step's OpenMP
         threads, which spin-wait for each other: decode fell from ~50 to ~1 token/s. A chat engine is idle
         most of the time, so the build still finishes in a few minutes of wall time."""
-        builder = self._builder
-        if builder is None or busy == self._held:
+        pid = self._builder_pid
+        if pid is None or busy == self._held:
             return
-        if builder.poll() is not None:
-            self._builder = None
+        if not self._builder_alive(pid):
+            self._builder_pid = None
             return
         try:
-            os.killpg(builder.pid, signal.SIGSTOP if busy else signal.SIGCONT)  # its compiler children too
+            os.killpg(pid, signal.SIGSTOP if busy else signal.SIGCONT)  # its compiler children too
             self._held = busy
         except OSError:
-            self._builder = None
+            self._builder_pid = None
+
+    def _builder_alive(self, pid: int) -> bool:
+        if self._builder is not None:
+            return self._builder.poll() is None  # our child: reaped when it ends
+        return _is_builder(pid, self.dir / "spec.json")
 
     def close(self) -> None:
         """Never leave a paused builder behind: it goes on (and finishes) after the engine is gone."""
@@ -261,11 +270,16 @@ class DecodeGraphs:
         lock = self.dir / "building.pid"
         try:
             pid = int(lock.read_text())
-            os.kill(pid, 0)
-            os.killpg(pid, signal.SIGCONT)  # in case an engine that paused it died without letting it go
-            return  # another process is building these graphs already
         except (OSError, ValueError):
-            pass
+            pid = None
+        if pid is not None and _is_builder(pid, self.dir / "spec.json"):
+            # Another process is building these graphs already: let it go on (an engine that paused it
+            # may have died without letting it go), and pause it while this engine is busy, as our own.
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGCONT)
+            self._builder_pid = pid
+            atexit.register(self.close)
+            return
         spec_file = self.dir / "spec.json"
         spec_file.write_text(json.dumps({"spec": _spec_dict(self.spec), "cache_dir": str(cache_dir)}))
         env = {
@@ -291,8 +305,23 @@ class DecodeGraphs:
                 preexec_fn=_be_nice,
             )
         lock.write_text(str(self._builder.pid))
+        self._builder_pid = self._builder.pid
         atexit.register(self.close)
         log.info("building the compiled decode step in the background (pid %d)", self._builder.pid)
+
+
+def _is_builder(pid: int, spec_file: Path) -> bool:
+    """Whether ``pid`` is a live builder of ``spec_file`` (a stale lock's pid may belong to anything now,
+    and that must never be paused). Read from /proc; where there is none, no other process's builder is
+    adopted."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    # the spec's own directory names it (its key); the rest of the path may be written another way
+    name = os.fsencode(os.path.join(spec_file.parent.name, spec_file.name))
+    return state != "Z" and any(arg.endswith(name) for arg in cmdline)
 
 
 def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:

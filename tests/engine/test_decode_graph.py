@@ -3,7 +3,12 @@ for one stream and for several, and the engine really decodes with it once it is
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,3 +96,47 @@ def test_a_package_holds_no_copy_of_the_model_s_own_tensors(tmp_path, smol_token
     core.run_until_done([req])
     assert core.decode_compiled == "ready" and len(req.output_ids) == 6
     assert (out / "decode-1-1.unpacked").is_dir()  # unpacked once beside the package, not into /tmp
+
+
+def _proc_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_an_engine_pauses_a_builder_that_another_process_left_running(tmp_path):
+    """Quit the chat while its graphs build, start again: the second engine finds the first one's builder
+    still running (it outlives its app) and must pause it while it decodes, as it would its own (a
+    compiler beside the decode step took it to ~1 token/s). A stale lock naming another process is
+    never adopted."""
+    model, _ = build_pair(tiny_config("llama"))
+    plan = apply_weights(model, "float32", CPU, tmp_path)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    spec = G.BuildSpec(str(model_dir), "float32", plan.as_json(), G.stream_ranges(plan.tables, 4))
+    build_dir = tmp_path / "compiled" / spec.key
+    build_dir.mkdir(parents=True)
+    # stands in for the builder the first app started: its command line names the spec file, as a real one's
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", str(build_dir / "spec.json")],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{other.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # Popen may return before the child's exec has set its command line
+        (build_dir / "building.pid").write_text(str(other.pid))
+        graphs = G.DecodeGraphs(model, spec, tmp_path)
+        assert graphs.state == "compiling" and graphs._builder is None  # no second builder
+        graphs.hold_builder(True)
+        while _proc_state(other.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _proc_state(other.pid) == "T"  # paused while the engine is busy
+        graphs.hold_builder(False)
+        while _proc_state(other.pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _proc_state(other.pid) != "T"
+    finally:
+        other.kill()
+        other.wait()
+    assert not G._is_builder(os.getpid(), build_dir / "spec.json")  # a stale lock's pid: left alone
+    assert not G._is_builder(other.pid, build_dir / "spec.json")  # gone
