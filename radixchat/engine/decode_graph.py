@@ -268,11 +268,12 @@ class DecodeGraphs:
     def _start_builder(self, cache_dir: Path) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         lock = self.dir / "building.pid"
+        spec_file = self.dir / "spec.json"
         try:
             pid = int(lock.read_text())
         except (OSError, ValueError):
             pid = None
-        if pid is not None and _is_builder(pid, self.dir / "spec.json"):
+        if pid is not None and _is_builder(pid, spec_file):
             # Another process is building these graphs already: let it go on (an engine that paused it
             # may have died without letting it go), and pause it while this engine is busy, as our own.
             with contextlib.suppress(OSError):
@@ -280,7 +281,6 @@ class DecodeGraphs:
             self._builder_pid = pid
             atexit.register(self.close)
             return
-        spec_file = self.dir / "spec.json"
         spec_file.write_text(json.dumps({"spec": _spec_dict(self.spec), "cache_dir": str(cache_dir)}))
         env = {
             **os.environ,

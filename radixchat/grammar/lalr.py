@@ -180,14 +180,8 @@ def _fast_tables(rules, start: str, max_states: int, source: str):
                 prio = [(a.rules[k].options.priority or 0) for k in ks]
                 top = max(prio)
                 ks = sorted((k for k, p in zip(ks, prio) if p == top), key=lambda k: str(a.rules[k]))
-            options = [(False, rule_no(k)) for k in ks]
-            first = acts.get(name)
-            if first is not None:
-                options.insert(0, first)
-            else:
-                acts[name] = options[0]
-            if len(options) > 1:
-                forks[(q, name)] = tuple(options)
+            shift = acts.get(name)
+            _keep(acts, forks, q, name, ([shift] if shift else []) + [(False, rule_no(k)) for k in ks])
         actions.append(acts)
         gotos.append(gts)
     kernel_items = [
@@ -195,6 +189,14 @@ def _fast_tables(rules, start: str, max_states: int, source: str):
         for kern in a.kernels
     ]
     return actions, gotos, rule_list, kernel_items, a.start, a.end, forks
+
+
+def _keep(acts: dict, forks: dict, q: int, sym: str, options: list[tuple[bool, int]]) -> None:
+    """State ``q``'s actions on ``sym``: the first is the one LALR(1) takes, all of them (a conflict,
+    kept for the general parser) go to ``forks``."""
+    acts[sym] = options[0]
+    if len(options) > 1:
+        forks[(q, sym)] = tuple(options)
 
 
 def _lark_tables(rules, start: str, max_states: int, source: str, glr: bool):
@@ -246,9 +248,7 @@ def _lark_tables(rules, start: str, max_states: int, source: str, glr: bool):
                         rule_list.append((str(arg.origin.name), len(arg.expansion)))
                     options.append((False, k))
             if options:
-                acts[sym] = options[0]
-                if len(options) > 1:
-                    forks[(q, sym)] = tuple(options)
+                _keep(acts, forks, q, sym, options)
         actions.append(acts)
         gotos.append(gts)
     kernel_items = [

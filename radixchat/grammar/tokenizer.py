@@ -298,7 +298,7 @@ class TokenizerInfo:
         """
         arrays: dict[str, np.ndarray] = {}
         index = []
-        runs = [(lex, self.lexrun(lex)) for lex, got in list(self._runs.items()) if got[4][:1] != ("xc",)]
+        runs = [(lex, run) for lex in list(self._runs) if not (run := self.lexrun(lex)).derived]
         for k, (lex, run) in enumerate(runs):
             finals = np.unique(run.inside_final)
             index.append(
