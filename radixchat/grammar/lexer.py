@@ -42,13 +42,22 @@ class LexerSpace:
         self.lock = threading.RLock()
         self.dfas: list[ByteDFA | CountedDFA] = []
         self._dfa_ids: dict[str, int] = {}
-        self.comps: list[tuple[tuple[int, int], ...]] = [()]
-        self._ids: dict[tuple[tuple[int, int], ...], int] = {(): DEAD}
+        # State s's components, flat: _comp_data[_comp_at[s]:_comp_at[s + 1]] is d0, s0, d1, s1, ...;
+        # ``comps[s]`` rebuilds the tuple. The index maps their packed bytes to s: a dict of bytes to
+        # ints is never tracked by the collector, where one keyed by tuples is re-tracked by each new
+        # key and then walked, key by key, by every full collection.
+        self._comp_at = array("q", [0, 0])
+        self._comp_data = array("i")
+        self.comps = _Comps(self)
+        self._ids: dict[bytes, int] = {b"": DEAD}
         # Rows, built lazily, all in one int array: state s's row is _row_data[_row_at[s]:][:256]
         # (_row_at[s] < 0: not built yet). One object for the collector, however many states.
         self._row_at = array("q", [0])
         self._row_data = array("i", [DEAD] * 256)
+        # per state: the DFAs it accepts for (equal tuples shared, so a full collection walking the list
+        # meets a few hot objects, not one per state) and whether every component is at its start
         self.accepting: list[tuple[int, ...]] = [()]
+        self._acc_shared: dict[bytes, np.ndarray] = {b"": untracked(())}
         self.is_start: list[bool] = [False]
         # Rows materialised for vectorised runs (``materialise``), in the order they were needed: the
         # table grows with the states runs reach, not with every state interned (a counted string
@@ -58,9 +67,10 @@ class LexerSpace:
         self._slot = np.full(1024, -1, dtype=np.int32)  # lexer state -> its row in _table (-1: none yet)
         self._slot[DEAD] = 0
         self._acc_np = np.zeros(1024, dtype=bool)
-        # ``live_bytes``: state -> (its live bytes, where their next states start in _live_next); such
-        # tuples of a bytes object and an int are untracked by the collector once it has seen them.
-        self.live: list[tuple[bytes, int] | None] = []
+        # ``live_bytes``: state -> its live bytes (an untracked dict of bytes), and where their next
+        # states start in _live_next (_live_at; -1: not computed yet).
+        self._live_bytes: dict[int, bytes] = {}
+        self._live_at = array("q")
         self._live_next = array("i")
         self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
 
@@ -83,21 +93,28 @@ class LexerSpace:
     # -- lexer states ------------------------------------------------------------------------------
 
     def intern(self, comps: tuple[tuple[int, int], ...]) -> int:
-        got = self._ids.get(comps)
+        flat = array("i", [x for c in comps for x in c])
+        key = flat.tobytes()
+        got = self._ids.get(key)
         if got is not None:
             return got
         with self.lock:
-            got = self._ids.get(comps)
+            got = self._ids.get(key)
             if got is not None:
                 return got
-            got = len(self.comps)
+            got = len(self.is_start)
             if got >= MAX_LEXER_STATES:
                 raise GrammarError("too many lexer states (grammar terminals overlap too much)")
-            self.comps.append(comps)
+            self._comp_data.extend(flat)
+            self._comp_at.append(len(self._comp_data))
             self._row_at.append(-1)
-            self.accepting.append(tuple(d for d, s in comps if self.dfas[d].accept[s]))
+            acc = array("i", [d for d, s in comps if self.dfas[d].accept[s]])
+            shared = self._acc_shared.get(acc.tobytes())
+            if shared is None:
+                shared = self._acc_shared[acc.tobytes()] = untracked(tuple(acc))
+            self.accepting.append(shared[0])
             self.is_start.append(all(s == 0 for _, s in comps))
-            self._ids[comps] = got
+            self._ids[key] = got
             return got
 
     def start_state(self, dfa_ids) -> int:
@@ -163,7 +180,7 @@ class LexerSpace:
     def materialise(self, states: np.ndarray) -> None:
         """Make the rows of ``states`` (and their ``accepting_np``) ready for ``next_states`` (lazily: a
         vocabulary run pays only for the lexer states its tokens reach, never for a DFA's closure)."""
-        if len(self.comps) <= self._slot.shape[0] and (self._slot[states] >= 0).all():
+        if len(self.is_start) <= self._slot.shape[0] and (self._slot[states] >= 0).all():
             return
         with self.lock:
             self._grow_index()
@@ -187,7 +204,7 @@ class LexerSpace:
         return self._table[self._slot[states], data]
 
     def _grow_index(self) -> None:
-        n = len(self.comps)
+        n = len(self.is_start)
         if n <= self._slot.shape[0]:
             return
         cap = max(n, 2 * self._slot.shape[0])
@@ -211,6 +228,38 @@ class LexerSpace:
         d = self.dfa_id(pattern)
         dfa = self.dfas[d]
         return d, (dfa.state_of(key) if isinstance(dfa, CountedDFA) else int(key))
+
+
+def untracked(*values) -> np.ndarray:
+    """``values`` in a numpy object array: a container the garbage collector neither tracks nor walks.
+
+    For the values of long-lived caches: a dict whose keys and values are all untracked is itself
+    untracked, but one new tuple value (tuples start out tracked) makes it tracked again, and a full
+    collection then walks every entry (two caches of ~27k entries took ~100k of the ~230k visits of a
+    full collection after a MaskBench run). Only for values that cannot lead back to the box (no cycle
+    through it can exist, so the collector missing it frees nothing late)."""
+    box = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        box[i] = v
+    return box
+
+
+class _Comps:
+    """``LexerSpace.comps``: a read-only sequence view of the states' components (a fresh tuple each
+    time: they are stored flat)."""
+
+    __slots__ = ("_space",)
+
+    def __init__(self, space: LexerSpace) -> None:
+        self._space = space
+
+    def __len__(self) -> int:
+        return len(self._space.is_start)
+
+    def __getitem__(self, lex: int) -> tuple[tuple[int, int], ...]:
+        sp = self._space
+        flat = sp._comp_data[sp._comp_at[lex] : sp._comp_at[lex + 1]]
+        return tuple(zip(flat[::2], flat[1::2]))
 
 
 def _state_key(dfa: ByteDFA | CountedDFA, s: int):
@@ -445,17 +494,19 @@ WIDE = 16  # a lexer state with more live bytes is run vectorised, not walked
 def live_bytes(lex: int) -> tuple[bytes, int]:
     """The bytes that continue the lexeme of ``lex``, and where their next lexer states start in
     ``SPACE._live_next`` (cached; flat, see the module docstring)."""
-    got = SPACE.live[lex] if lex < len(SPACE.live) else None
-    if got is None:
+    at = SPACE._live_at[lex] if lex < len(SPACE._live_at) else -1
+    if at < 0:
         row = np.frombuffer(SPACE.row(lex), dtype=np.int32)
         bs = np.flatnonzero(row)  # DEAD is 0
         with SPACE.lock:
-            SPACE.live.extend([None] * (len(SPACE.comps) - len(SPACE.live)))
-            got = SPACE.live[lex]
-            if got is None:
-                got = SPACE.live[lex] = (bs.astype(np.uint8).tobytes(), len(SPACE._live_next))
+            SPACE._live_at.extend([-1] * (len(SPACE.is_start) - len(SPACE._live_at)))
+            at = SPACE._live_at[lex]
+            if at < 0:
+                at = len(SPACE._live_next)
                 SPACE._live_next.frombytes(row[bs].astype(np.int32).tobytes())
-    return got
+                SPACE._live_bytes[lex] = bs.astype(np.uint8).tobytes()
+                SPACE._live_at[lex] = at
+    return SPACE._live_bytes[lex], at
 
 
 def walk_run(

@@ -20,7 +20,7 @@ import torch
 from .counted import CountedDFA
 from .counted_runs import Profile, counted_run, profile
 from .errors import GrammarError
-from .lexer import DEAD, SPACE, WIDE, LexRun, Trie, groups_by_pre, lex_run, trie_run, walk_run
+from .lexer import DEAD, SPACE, WIDE, LexRun, Trie, groups_by_pre, lex_run, trie_run, untracked, walk_run
 from .lexer import run as run_rows
 
 #: Version of the names in ``save_cache``'s index (2: counted DFAs' states are ``[skeleton, count]``).
@@ -115,7 +115,9 @@ class TokenizerInfo:
         self._sorted_ids = np.array(order, dtype=np.int64)
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
-        self._runs: dict[int, tuple] = {}  # lexer state -> its LexRun's fields (``lexrun``)
+        self._runs: dict[
+            int, np.ndarray
+        ] = {}  # lexer state -> its LexRun's fields (``lexrun``, ``untracked``)
         # Built now, not at the first wide lexer state (SmolLM2: ~60 ms, which a mask would pay).
         self.trie = Trie(self._sorted, self._sorted_ids)  # the vocabulary's prefix trie (``lexer.Trie``)
         self._n_derived = 0  # runs of counted states in _runs (derived, never saved)
@@ -125,7 +127,7 @@ class TokenizerInfo:
         self._ends_first: dict[int, np.ndarray] = {}
         self._ends_mask: dict[int, np.ndarray] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._groups: dict[tuple, tuple[np.ndarray, tuple]] = {}
+        self._groups: dict[int, np.ndarray] = {}  # hash of (key, lex) -> (key, lex), inside, subs: untracked
         self._lock = threading.Lock()
 
     # -- construction ------------------------------------------------------------------------------
@@ -187,12 +189,11 @@ class TokenizerInfo:
                 run = lex_run(lex, trie.ids, self.flat, self.starts, self.lens, trie_run(lex, trie))
         with self._lock:
             if lex not in self._runs:
-                # Kept as a plain tuple of arrays and ints, which the garbage collector stops tracking
-                # (a LexRun object, or a counted run's closure, would be walked by every full
-                # collection: tens of thousands over a long run). A counted run's finals are derived
-                # again when asked (rarely: budget steering).
+                # Kept as plain fields in an untracked box (a LexRun object, a counted run's closure or a
+                # tuple would be walked by every full collection: tens of thousands over a long run). A
+                # counted run's finals are derived again when asked (rarely: budget steering).
                 finals = run.finals if isinstance(run.finals, np.ndarray) else None
-                self._runs[lex] = (run.inside_ids, finals, run.cont, run.cross, run.key)
+                self._runs[lex] = untracked(run.inside_ids, finals, run.cont, run.cross, run.key)
                 self._n_derived += run.derived
         return run
 
@@ -260,15 +261,17 @@ class TokenizerInfo:
     def rows_groups(self, key, lex: int, ids: np.ndarray, offs: np.ndarray):
         """``rows_run`` split for the mask: ``(ids of the rows that stay inside a lexeme, [(pre, ids, offs)
         of the rows whose lexeme ended in accepting pre, for each pre])`` (cached: context-independent)."""
-        got = self._groups.get((key, lex))
-        if got is None:
+        name = (key, lex)
+        h = hash(name)
+        got = self._groups.get(h)
+        if got is None or got[0] != name:  # not cached (or another name with the same hash was)
             # the raw rows are not kept as well (``rows_run`` keeps them, for budget steering)
-            final, death, pres = self._rows.get((key, lex)) or run_rows(
+            final, death, pres = self._rows.get(name) or run_rows(
                 lex, ids, offs, self.flat, self.starts, self.lens
             )
             subs = tuple((p, ids[sel], death[sel]) for p, sel in groups_by_pre(death, pres))
-            got = self._groups[(key, lex)] = (ids[final != DEAD], subs)
-        return got
+            got = self._groups[h] = untracked(name, ids[final != DEAD], subs)
+        return got[1], got[2]
 
     def intern_mask(self, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
         """One shared array per distinct mask: returns (a tensor over it, the array); never mutate them."""
@@ -340,7 +343,7 @@ class TokenizerInfo:
                 ]
                 inside_ids = data[f"i{k}"]
                 inside_final = finals[data[f"f{k}"]] if len(finals) else np.zeros(0, dtype=np.int32)
-                self._runs[lex] = (inside_ids, inside_final, data[f"c{k}"], tuple(cross), ("x", lex))
+                self._runs[lex] = untracked(inside_ids, inside_final, data[f"c{k}"], tuple(cross), ("x", lex))
                 added += 1
         return added
 
