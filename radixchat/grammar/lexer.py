@@ -94,7 +94,10 @@ class LexerSpace:
 
     def intern(self, comps: tuple[tuple[int, int], ...]) -> int:
         flat = array("i", [x for c in comps for x in c])
-        key = flat.tobytes()
+        return self._intern(flat.tobytes(), flat)
+
+    def _intern(self, key: bytes, flat: array) -> int:
+        """``intern`` of the components packed as ``flat`` (d0, s0, d1, s1, ...; ``key`` its bytes)."""
         got = self._ids.get(key)
         if got is not None:
             return got
@@ -108,12 +111,13 @@ class LexerSpace:
             self._comp_data.extend(flat)
             self._comp_at.append(len(self._comp_data))
             self._row_at.append(-1)
-            acc = array("i", [d for d, s in comps if self.dfas[d].accept[s]])
+            dfas, states = flat[0::2], flat[1::2]
+            acc = array("i", [d for d, s in zip(dfas, states) if self.dfas[d].accept[s]])
             shared = self._acc_shared.get(acc.tobytes())
             if shared is None:
                 shared = self._acc_shared[acc.tobytes()] = untracked(tuple(acc))
             self.accepting.append(shared[0])
-            self.is_start.append(all(s == 0 for _, s in comps))
+            self.is_start.append(not any(states))
             self._ids[key] = got
             return got
 
@@ -135,19 +139,26 @@ class LexerSpace:
             targets, inv = np.unique(np.asarray(self.dfas[d].trans[s]), return_inverse=True)
             ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
             return self._keep_row(lex, array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes()))
-        # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
+        # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state. Only
+        # the live columns are compared (most bytes kill every component), by a hash in a dict: np.unique
+        # over all 256 columns cost ~90 us a row, most of a product state's row.
         cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
-        key = ((cols + 1) * _MIX[np.arange(len(comps)) % _MIX.shape[0], None]).sum(axis=0)
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-        if not (cols[:, first[inv]] == cols).all():  # a hash collision: compare whole columns
-            _, first, inv = np.unique(cols, axis=1, return_index=True, return_inverse=True)
-            inv = inv.reshape(-1)
-        ids = []
-        for k in first.tolist():
-            col = cols[:, k].tolist()
-            ids.append(self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0)))
-        return self._keep_row(lex, array("i", np.array(ids, dtype=np.int32)[inv].tobytes()))
+        live = np.flatnonzero((cols >= 0).any(axis=0))
+        row = np.zeros(256, dtype=np.int32)  # DEAD
+        if live.size:
+            sub = cols[:, live]
+            h = ((sub + 1) * _MIX[np.arange(len(comps)) % _MIX.shape[0], None]).sum(axis=0).tolist()
+            first: dict = {}
+            rep = [first.setdefault(x, j) for j, x in enumerate(h)]  # each column's first equal one
+            if not (sub[:, rep] == sub).all():  # a hash collision: compare whole columns
+                first = {}
+                rep = [first.setdefault(c, j) for j, c in enumerate(map(tuple, sub.T.tolist()))]
+            ids = {}
+            for j in first.values():
+                col = sub[:, j].tolist()
+                ids[j] = self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0))
+            row[live] = [ids[j] for j in rep]
+        return self._keep_row(lex, array("i", row.tobytes()))
 
     def _keep_row(self, lex: int, row: array) -> array:
         with self.lock:
@@ -165,8 +176,9 @@ class LexerSpace:
             m[0] = DEAD
             self._single[d] = m
         ids = m[trans + 1]
-        if (ids < 0).any():
-            for t in np.unique(trans[ids < 0]).tolist():
+        miss = ids < 0
+        if miss.any():
+            for t in set(trans[miss].tolist()):  # a set: np.unique costs more on a few values
                 m[t + 1] = self.intern(((d, t),))
             ids = m[trans + 1]
         return self._keep_row(lex, array("i", ids.tobytes()))
