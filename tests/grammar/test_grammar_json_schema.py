@@ -214,8 +214,9 @@ def test_del_may_be_escaped_as_json_dumps_does(smol_info):
                 ]
             },
             # 1 == 1.0: every object valid under one branch is valid under both, and so is every other
-            # kind (no type): nothing is valid, and the oneOf narrowing proves it.
-            "accepts no value",
+            # kind (no type): nothing is valid. Narrowing a branch never to hold what it requires itself
+            # would leave it no value, so nothing proves the branches apart: refused, not emptied.
+            "not provably disjoint",
         ),
     ],
 )
@@ -342,6 +343,49 @@ def test_oneof_of_required_sets_enforces_exactly_one(smol_info, smol_tokenizer):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(doc, schema)
         assert first_rejection(g, smol_tokenizer.encode(json.dumps(doc, separators=(",", ":")))) is not None
+
+
+def test_oneof_branches_told_apart_by_a_shared_required_property_keep_their_values(smol_info, smol_tokenizer):
+    """Branches that only narrow the parent's properties (MaskBench Github_medium---o48619): each merged
+    branch's ``connType`` is ``allOf`` [string, enum], which must be merged to see that the enums are
+    disjoint. Before, the branches were "narrowed" never to hold all the properties the other requires,
+    which both require themselves: no value at all, so only ``[]`` fitted an array of them."""
+    schema = {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"connType": {"type": "string"}, "id": {"type": "integer"}, "relation": {}},
+            "required": ["id", "connType"],
+            "oneOf": [
+                {"properties": {"connType": {"enum": ["relative"]}, "relation": {"type": "string"}}},
+                {"properties": {"connType": {"enum": ["friend", "other"]}, "relation": {"type": "boolean"}}},
+            ],
+        },
+    }
+    g = compile_json_schema(schema, smol_info, cache=False)
+    valid = [
+        {"connType": "friend", "id": 1, "relation": True},
+        {"connType": "relative", "id": 2, "relation": "x"},
+    ]
+    invalid = [{"connType": "friend", "id": 1, "relation": "x"}], [{"connType": "enemy", "id": 1}]
+    jsonschema.validate(valid, schema)
+    assert first_rejection(g, smol_tokenizer.encode(json.dumps(valid, separators=(",", ":")))) is None
+    for doc in invalid:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, schema)
+        assert first_rejection(g, smol_tokenizer.encode(json.dumps(doc, separators=(",", ":")))) is not None
+
+
+def test_an_unknown_format_without_a_type_does_not_make_a_string(smol_info, smol_tokenizer):
+    """``format`` is an annotation unless we know it: ``{"format": "positiveInteger"}`` takes any value
+    (MaskBench Github_medium---o63383 wrote 2 there); a known format still reads as a string."""
+    g = compile_json_schema({"format": "positiveInteger"}, smol_info, cache=False)
+    for doc in ("2", '"two"', "[1]"):
+        assert first_rejection(g, smol_tokenizer.encode(doc)) is None, doc
+    g = compile_json_schema({"format": "date"}, smol_info, cache=False)
+    assert first_rejection(g, smol_tokenizer.encode('"2024-01-31"')) is None
+    assert first_rejection(g, smol_tokenizer.encode("2")) is not None
 
 
 def test_oneof_branches_with_disjoint_enums_or_forbidden_properties_compile(smol_info):

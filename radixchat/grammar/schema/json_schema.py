@@ -91,6 +91,16 @@ class GrammarWarning(UserWarning):
     """An unsupported schema feature was ignored (``lenient=True``)."""
 
 
+def _string_keywords(schema: dict) -> set[str]:
+    """The keywords of an untyped schema that make us read it as a string: a ``format`` only when it is
+    one we know (``{"format": "positiveInteger"}`` is an annotation: any value)."""
+    present = set(schema) & STRING_KW
+    fmt = schema.get("format")
+    if isinstance(fmt, str) and fmt not in jt.FORMATS and fmt not in jt.UNENFORCED_FORMATS:
+        present.discard("format")
+    return present
+
+
 def _declared_kinds(schema, path: str) -> set[str] | None:
     """The kinds a schema allows, from ``type`` or its keywords alone (None: cannot tell cheaply)."""
     if not isinstance(schema, dict) or set(schema) & {"$ref", "anyOf", "oneOf", "allOf", "enum", "const"}:
@@ -367,7 +377,7 @@ class SchemaCompiler:
                 types.add("object")
             if present & ARRAY_KW:
                 types.add("array")
-            if present & STRING_KW:
+            if _string_keywords(schema):
                 types.add("string")
             if present & NUMBER_KW:
                 types.add("number")
@@ -520,7 +530,7 @@ def _gen_kinds(comp: SchemaCompiler, schema) -> set[str]:
         declared = _declared_kinds(schema, "")
         present = set(schema)
         implied = set(declared or ())
-        if present & STRING_KW:
+        if _string_keywords(schema):
             implied.add("string")
         if present & NUMBER_KW:
             implied.add("number")
@@ -544,8 +554,7 @@ def excludes(comp: SchemaCompiler, gen, val, path: str, depth: int = 0) -> bool:
     """No value generated for ``gen`` is valid under ``val`` (JSON Schema's reading). Sound, not complete."""
     if depth > 8:
         return False
-    gen, _ = comp.deref(gen, path) if isinstance(gen, dict) else (gen, path)
-    val, _ = comp.deref(val, path) if isinstance(val, dict) else (val, path)
+    gen, val = _merged(comp, gen, path), _merged(comp, val, path)
     if gen is False or val is False:
         return True
     if gen is True or val is True or not isinstance(gen, dict) or not isinstance(val, dict):
@@ -570,6 +579,21 @@ def excludes(comp: SchemaCompiler, gen, val, path: str, depth: int = 0) -> bool:
     return False
 
 
+def _merged(comp: SchemaCompiler, schema, path: str):
+    """``schema`` dereferenced and, where it is an ``allOf`` (a property of two merged branches, say
+    ``{"allOf": [{"type": "string"}, {"enum": [...]}]}``), merged, so that its values can be compared;
+    unchanged where the merge is refused."""
+    if not isinstance(schema, dict):
+        return schema
+    schema, _ = comp.deref(schema, path)
+    if isinstance(schema, dict) and "allOf" in schema:
+        try:
+            return merge_all_of([schema], path, comp)
+        except GrammarError:
+            return schema
+    return schema
+
+
 def _not_all(comp: SchemaCompiler, gen, val, path: str) -> list[str] | None:
     """Declared properties of object branch ``gen`` that may not all be present for its values to fail
     ``val``: ``val``'s required ones (None: the branches are not both objects, or ``val`` requires one
@@ -582,6 +606,8 @@ def _not_all(comp: SchemaCompiler, gen, val, path: str) -> list[str] | None:
     props = gen.get("properties") or {}
     if not required or any(q not in props for q in required):
         return None
+    if set(required) <= set(gen.get("required") or []):
+        return None  # gen requires them all itself: forbidding all of them would leave it no value
     return required
 
 
