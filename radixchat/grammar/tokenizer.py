@@ -115,9 +115,8 @@ class TokenizerInfo:
         self._sorted_ids = np.array(order, dtype=np.int64)
         self.max_token_bytes = int(lens.max()) if n else 0
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
-        self._runs: dict[
-            int, np.ndarray
-        ] = {}  # lexer state -> its LexRun's fields (``lexrun``, ``untracked``)
+        # lexer state -> its LexRun's fields, in an ``untracked`` box (``lexrun``)
+        self._runs: dict[int, np.ndarray] = {}
         # Built now, not at the first wide lexer state (SmolLM2: ~60 ms, which a mask would pay).
         self.trie = Trie(self._sorted, self._sorted_ids)  # the vocabulary's prefix trie (``lexer.Trie``)
         self._n_derived = 0  # runs of counted states in _runs (derived, never saved)
