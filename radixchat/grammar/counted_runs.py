@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .counted import CountedDFA, Loop
-from .lexer import DEAD, SPACE, LexRun
+from .lexer import SPACE, LexRun
 
 
 @dataclass(slots=True)
@@ -142,5 +142,5 @@ def counted_run(d: int, dfa: CountedDFA, s: int, local: int, p: Profile) -> LexR
             out.append(SPACE.intern(((d, dfa.state_id(dfa.after(q, c, k))),)))
         return np.array(out, dtype=np.int32)[inv.reshape(-1)]
 
-    cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
+    cont = SPACE.cont(lex)
     return LexRun(sel.inside_ids, finals, cont, cross, ("xc", d, local, most, least))

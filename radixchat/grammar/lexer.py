@@ -170,11 +170,7 @@ class LexerSpace:
     def _single_row(self, lex: int, d: int, trans: np.ndarray) -> array:
         """``row`` of a one-terminal state of a plain DFA: its DFA row through the DFA's map from states
         to lexer states (``_single``; -1 where not interned yet), so no per-row ``unique``."""
-        m = self._single.get(d)
-        if m is None:
-            m = np.full(self.dfas[d].n_states + 1, -1, dtype=np.int32)
-            m[0] = DEAD
-            self._single[d] = m
+        m = self._single_map(d)
         ids = m[trans + 1]
         miss = ids < 0
         if miss.any():
@@ -183,11 +179,77 @@ class LexerSpace:
             ids = m[trans + 1]
         return self._keep_row(lex, array("i", ids.tobytes()))
 
+    def _single_map(self, d: int) -> np.ndarray:
+        m = self._single.get(d)
+        if m is None:
+            m = np.full(self.dfas[d].n_states + 1, -1, dtype=np.int32)
+            m[0] = DEAD
+            self._single[d] = m
+        return m
+
+    def narrow_moves(self, lex: int) -> tuple[bytes, array] | None:
+        """The live bytes of a one-terminal state of a plain DFA and their next lexer states, read from
+        the DFA's row without building the state's 256-entry row (a walk down the vocabulary built one
+        per key letter it passed, ~25 us each, most of the rows masks built); None for other states
+        and for states with more than WIDE live bytes."""
+        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
+        if len(flat) != 2:
+            return None
+        d, s = flat
+        dfa = self.dfas[d]
+        if not isinstance(dfa, ByteDFA):
+            return None
+        trans = dfa.trans[s]
+        live = np.flatnonzero(trans >= 0)
+        if live.size > WIDE:
+            return None
+        m = self._single_map(d)
+        out = array("i")
+        for t in trans[live].tolist():
+            nxt = int(m[t + 1])
+            if nxt < 0:
+                nxt = m[t + 1] = self.intern(((d, t),))
+            out.append(nxt)
+        return live.astype(np.uint8).tobytes(), out
+
     def step(self, lex: int, byte: int) -> int:
         at = self._row_at[lex]
         if at < 0:
-            return self.row(lex)[byte]
+            nxt = self._narrow_step(lex, byte)
+            return nxt if nxt is not None else self.row(lex)[byte]
         return self._row_data[at + byte]
+
+    def cont(self, lex: int) -> np.ndarray:
+        """bool[256]: the bytes that continue the lexeme of ``lex`` (some component lives on), read from
+        the component DFAs where the state's row is not built (a run's ``cont`` built one per lexer
+        state it started from)."""
+        at = self._row_at[lex]
+        if at >= 0:
+            return np.frombuffer(self._row_data[at : at + 256], dtype=np.int32) != DEAD
+        live = np.zeros(256, dtype=bool)
+        for d, s in self.comps[lex]:
+            live |= np.asarray(self.dfas[d].trans[s]) >= 0
+        return live
+
+    def _narrow_step(self, lex: int, byte: int) -> int | None:
+        """``step`` of a one-terminal state of a plain DFA whose row is not built, from the DFA's move
+        alone (a token's bytes through a key it is the only one to pass: no row of 256 is needed);
+        None for other states."""
+        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
+        if len(flat) != 2:
+            return None
+        d, s = flat
+        dfa = self.dfas[d]
+        if not isinstance(dfa, ByteDFA):
+            return None
+        t = int(dfa.trans[s, byte])
+        if t < 0:
+            return DEAD
+        m = self._single_map(d)
+        nxt = int(m[t + 1])
+        if nxt < 0:
+            nxt = m[t + 1] = self.intern(((d, t),))
+        return nxt
 
     def materialise(self, states: np.ndarray) -> None:
         """Make the rows of ``states`` (and their ``accepting_np``) ready for ``next_states`` (lazily: a
@@ -495,7 +557,7 @@ def lex_run(
         cuts = np.flatnonzero(np.diff(cpre)) + 1
         for a, b in zip(np.r_[0, cuts], np.r_[cuts, cpre.size]):
             cross.append((int(cpre[a]), cid[a:b], coff[a:b]))
-    cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
+    cont = SPACE.cont(lex)
     return LexRun(text_ids[inside], final[inside], cont, cross, ("x", lex))
 
 
@@ -508,15 +570,18 @@ def live_bytes(lex: int) -> tuple[bytes, int]:
     ``SPACE._live_next`` (cached; flat, see the module docstring)."""
     at = SPACE._live_at[lex] if lex < len(SPACE._live_at) else -1
     if at < 0:
-        row = np.frombuffer(SPACE.row(lex), dtype=np.int32)
-        bs = np.flatnonzero(row)  # DEAD is 0
+        moves = SPACE.narrow_moves(lex) if SPACE._row_at[lex] < 0 else None
+        if moves is None:
+            row = np.frombuffer(SPACE.row(lex), dtype=np.int32)
+            bs = np.flatnonzero(row)  # DEAD is 0
+            moves = (bs.astype(np.uint8).tobytes(), array("i", row[bs].astype(np.int32).tobytes()))
         with SPACE.lock:
             SPACE._live_at.extend([-1] * (len(SPACE.is_start) - len(SPACE._live_at)))
             at = SPACE._live_at[lex]
             if at < 0:
                 at = len(SPACE._live_next)
-                SPACE._live_next.frombytes(row[bs].astype(np.int32).tobytes())
-                SPACE._live_bytes[lex] = bs.astype(np.uint8).tobytes()
+                SPACE._live_next.extend(moves[1])
+                SPACE._live_bytes[lex] = moves[0]
                 SPACE._live_at[lex] = at
     return SPACE._live_bytes[lex], at
 
@@ -580,7 +645,7 @@ def walk_run(
         (p_state, np.concatenate([g[0] for g in parts]), np.concatenate([g[1] for g in parts]))
         for p_state, parts in sorted(groups.items())
     ]
-    cont = np.array(SPACE.row(lex), dtype=np.int32) != DEAD
+    cont = SPACE.cont(lex)
     return LexRun(np.concatenate(inside_ids), np.concatenate(inside_final), cont, out_cross, ("x", lex))
 
 

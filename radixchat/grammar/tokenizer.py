@@ -180,7 +180,7 @@ class TokenizerInfo:
             return LexRun(ids, finals if finals is not None else partial(self._finals, lex), cont, cross, key)
         run = self._counted(lex)
         if run is None:
-            live = np.flatnonzero(np.array(SPACE.row(lex), dtype=np.int32) != DEAD)
+            live = np.flatnonzero(SPACE.cont(lex))
             if live.size <= WIDE:
                 run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
             else:

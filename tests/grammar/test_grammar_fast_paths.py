@@ -5,6 +5,7 @@ textbook loops they replace."""
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -167,6 +168,61 @@ def test_grouped_shiftable_defers_to_push_all_past_max_forks(smol_info):
             t, st, terms
         )
     assert MAX_FORKS == 64
+
+
+def test_moves_read_without_a_row_are_the_row(smol_info):
+    """``narrow_moves``, ``_narrow_step`` and ``cont`` read a state's moves from its DFAs without
+    building its 256-entry row (masks built one per key letter a walk of the vocabulary passed): they
+    must say what the row says, for states whose row is not built yet."""
+    rng = random.Random(5)
+    words = sorted({"".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 10))) for _ in range(60)})
+    schema = {
+        "type": "object",
+        "properties": {w: {"type": "integer"} for w in words[:30]},
+        "patternProperties": {"^x[a-c]{2,5}$": {"enum": words[30:]}},
+    }
+    g = compile_json_schema(schema, smol_info, cache=False)
+    fresh = set()
+    for lex0 in {
+        ctx.lex0 for ctx, _ in [g.context(st, False) for st, _ in _walk_states(g, rng, walks=4, steps=6)]
+    }:
+        todo = [lex0]
+        while todo and len(fresh) < 400:  # every state the key DFAs reach, row or not
+            lex = todo.pop()
+            if lex in fresh or lex == DEAD:
+                continue
+            fresh.add(lex)
+            for b in np.flatnonzero(SPACE.cont(lex)).tolist():
+                todo.append(
+                    SPACE._narrow_step(lex, b)
+                    if SPACE._row_at[lex] < 0 and len(SPACE.comps[lex]) == 1
+                    else SPACE.step(lex, b)
+                )
+    unbuilt = [lex for lex in sorted(fresh) if SPACE._row_at[lex] < 0]
+    assert len(unbuilt) > 50
+    narrow = 0
+    for lex in unbuilt:
+        moves = SPACE.narrow_moves(lex)
+        steps = {b: SPACE._narrow_step(lex, b) for b in range(256)}
+        cont = SPACE.cont(lex)
+        row = np.array(SPACE.row(lex), dtype=np.int32)  # builds it
+        np.testing.assert_array_equal(cont, row != DEAD)
+        for b, nxt in steps.items():
+            assert nxt is None or nxt == row[b], (lex, b)
+        if moves is not None:
+            narrow += 1
+            live, nexts = moves
+            assert list(live) == np.flatnonzero(row).tolist()
+            assert list(nexts) == row[row != DEAD].tolist()
+    assert narrow > 50
+    # a product of new key DFAs (a state of several terminals): cont from its components
+    lex = SPACE.start_state(
+        [SPACE.dfa_id(re.escape(f'"zq{w}"')) for w in words[:8]] + [SPACE.dfa_id("[0-9]+")]
+    )
+    assert SPACE._row_at[lex] < 0 and len(SPACE.comps[lex]) == 9
+    cont = SPACE.cont(lex)
+    np.testing.assert_array_equal(cont, np.array(SPACE.row(lex), dtype=np.int32) != DEAD)
+    assert cont[ord('"')] and cont[ord("7")] and not cont[ord("a")]
 
 
 def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
