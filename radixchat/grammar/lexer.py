@@ -187,30 +187,39 @@ class LexerSpace:
             self._single[d] = m
         return m
 
-    def narrow_moves(self, lex: int) -> tuple[bytes, array] | None:
-        """The live bytes of a one-terminal state of a plain DFA and their next lexer states, read from
-        the DFA's row without building the state's 256-entry row (a walk down the vocabulary built one
-        per key letter it passed, ~25 us each, most of the rows masks built); None for other states
-        and for states with more than WIDE live bytes."""
+    def _plain_single(self, lex: int) -> tuple[int, int, ByteDFA] | None:
+        """``(dfa id, state, dfa)`` of a one-terminal state of a plain DFA; None for other states."""
         flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
         if len(flat) != 2:
             return None
         d, s = flat
         dfa = self.dfas[d]
-        if not isinstance(dfa, ByteDFA):
+        return (d, s, dfa) if isinstance(dfa, ByteDFA) else None
+
+    def _single_state(self, d: int, t: int) -> int:
+        """The lexer state of state ``t`` of plain DFA ``d`` alone (interned on first use)."""
+        m = self._single_map(d)
+        got = int(m[t + 1])
+        if got < 0:
+            got = m[t + 1] = self.intern(((d, t),))
+        return got
+
+    def narrow_moves(self, lex: int) -> tuple[bytes, array] | None:
+        """The live bytes of a one-terminal state of a plain DFA and their next lexer states, read from
+        the DFA's row without building the state's 256-entry row (a walk down the vocabulary built one
+        per key letter it passed, ~25 us each, most of the rows masks built); None for other states
+        and for states with more than WIDE live bytes."""
+        got = self._plain_single(lex)
+        if got is None:
             return None
+        d, s, dfa = got
         trans = dfa.trans[s]
         live = np.flatnonzero(trans >= 0)
         if live.size > WIDE:
             return None
-        m = self._single_map(d)
-        out = array("i")
-        for t in trans[live].tolist():
-            nxt = int(m[t + 1])
-            if nxt < 0:
-                nxt = m[t + 1] = self.intern(((d, t),))
-            out.append(nxt)
-        return live.astype(np.uint8).tobytes(), out
+        return live.astype(np.uint8).tobytes(), array(
+            "i", [self._single_state(d, t) for t in trans[live].tolist()]
+        )
 
     def step(self, lex: int, byte: int) -> int:
         at = self._row_at[lex]
@@ -235,21 +244,12 @@ class LexerSpace:
         """``step`` of a one-terminal state of a plain DFA whose row is not built, from the DFA's move
         alone (a token's bytes through a key it is the only one to pass: no row of 256 is needed);
         None for other states."""
-        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
-        if len(flat) != 2:
+        got = self._plain_single(lex)
+        if got is None:
             return None
-        d, s = flat
-        dfa = self.dfas[d]
-        if not isinstance(dfa, ByteDFA):
-            return None
+        d, s, dfa = got
         t = int(dfa.trans[s, byte])
-        if t < 0:
-            return DEAD
-        m = self._single_map(d)
-        nxt = int(m[t + 1])
-        if nxt < 0:
-            nxt = m[t + 1] = self.intern(((d, t),))
-        return nxt
+        return self._single_state(d, t) if t >= 0 else DEAD
 
     def materialise(self, states: np.ndarray) -> None:
         """Make the rows of ``states`` (and their ``accepting_np``) ready for ``next_states`` (lazily: a
