@@ -93,11 +93,8 @@ class LexerSpace:
     # -- lexer states ------------------------------------------------------------------------------
 
     def intern(self, comps: tuple[tuple[int, int], ...]) -> int:
-        flat = array("i", [x for c in comps for x in c])
-        return self._intern(flat.tobytes(), flat)
-
-    def _intern(self, key: bytes, flat: array) -> int:
-        """``intern`` of the components packed as ``flat`` (d0, s0, d1, s1, ...; ``key`` its bytes)."""
+        flat = array("i", [x for c in comps for x in c])  # d0, s0, d1, s1, ...
+        key = flat.tobytes()
         got = self._ids.get(key)
         if got is not None:
             return got
