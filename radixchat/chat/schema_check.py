@@ -34,8 +34,9 @@ def unenforced_keywords(schema: Any, path: str = "#") -> list[str]:
     out: list[str] = []
     if not isinstance(schema, dict):
         return out
+    listed = "enum" in schema or "const" in schema  # the grammar filters a list by every keyword beside it
     for kw in schema:
-        if kw in UNENFORCED and not (kw == "multipleOf" and schema[kw] == 1):
+        if kw in UNENFORCED and not (kw == "multipleOf" and schema[kw] == 1) and not listed:
             out.append(f"{kw} at {path}")
     for kw in _SCHEMA_MAPS:
         if isinstance(schema.get(kw), dict):

@@ -32,7 +32,11 @@ def test_unenforced_keywords_are_found_where_they_are():
 
     schema = {
         "type": "object",
-        "properties": {"tags": {"type": "array", "uniqueItems": True}, "n": {"multipleOf": 1}},
+        "properties": {
+            "tags": {"type": "array", "uniqueItems": True},
+            "n": {"multipleOf": 1},
+            "even": {"enum": [2, 3, 4], "multipleOf": 2},  # a list: the grammar keeps 2 and 4 only
+        },
         "anyOf": [{"not": {"required": ["x"]}}],
         "$defs": {"d": {"if": {"type": "string"}, "then": {"minLength": 1}}},
     }

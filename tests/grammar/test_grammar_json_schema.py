@@ -197,9 +197,9 @@ def test_del_may_be_escaped_as_json_dumps_does(smol_info):
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ({"enum": ["a", "abc"], "maxLength": 2}, "'maxLength' next to enum at #/maxLength is not supported"),
-        ({"const": 5, "minimum": 10}, "'minimum' next to const at #/minimum"),
-        ({"allOf": [{"enum": ["a", "abc"]}, {"maxLength": 2}]}, "'maxLength' next to enum"),
+        ({"const": 5, "minimum": 10}, "accepts no value"),
+        ({"enum": ["a"], "properties": {"a": {"$ref": "#/$defs/s"}}, "$defs": {"s": {}}}, "uses \\$ref"),
+        ({"enum": ["a"], "maxLength": "two"}, "'maxLength' next to enum at #: 'two' is not of type"),
         ({"type": "object", "required": ["a"], "additionalProperties": False}, "accepts no value"),
         (
             {"properties": {"a": {"$ref": "#str"}}, "$defs": {"s": {"$anchor": "str", "type": "string"}}},
@@ -224,6 +224,50 @@ def test_constraints_the_grammar_would_not_apply_are_refused(smol_info, schema, 
     """Each of these compiled and then allowed values the schema rejects."""
     with pytest.raises(GrammarError, match=message):
         compile_json_schema(schema, smol_info, cache=False)
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid", "invalid"),
+    [
+        ({"enum": ["a", "abc"], "maxLength": 2}, ['"a"'], ['"abc"']),
+        ({"allOf": [{"enum": ["a", "abc"]}, {"maxLength": 2}]}, ['"a"'], ['"abc"']),
+        ({"enum": [1, 2, 3, 4, "x"], "multipleOf": 2}, ["2", "4", '"x"'], ["1", "3"]),
+        ({"const": {"a": 1}, "required": ["a"], "maxProperties": 1}, ['{"a":1}'], ['{"a":2}']),
+        # keywords the grammar cannot enforce on open values are exact on a list
+        ({"enum": [[1, 1], [1, 2]], "uniqueItems": True}, ["[1,2]"], ["[1,1]"]),
+        ({"enum": ["a", "b"], "not": {"const": "a"}}, ['"b"'], ['"a"']),
+        # draft-04's boolean exclusiveMaximum, read in the root's draft
+        (
+            {"$schema": "http://json-schema.org/draft-04/schema#", "enum": [1, 2], "maximum": 2, "exclusiveMaximum": True},
+            ["1"],
+            ["2"],
+        ),
+    ],
+)
+def test_keywords_beside_enum_and_const_filter_the_listed_values(smol_info, schema, valid, invalid):
+    """JSON Schema applies both; these were refused ("list only valid values"), now the values that
+    the other keywords reject are dropped."""
+    g = compile_json_schema(schema, smol_info, cache=False)
+    assert all(_accepts(g, t.encode()) for t in valid), valid
+    assert not any(_accepts(g, t.encode()) for t in invalid), invalid
+
+
+def test_a_required_name_the_object_does_not_declare_takes_any_value(smol_info):
+    """Objects that declare properties are closed by default (``additionalProperties`` auto), but a name
+    in ``required`` is declared by being required: closing must not make the schema accept nothing."""
+    g = compile_json_schema(
+        {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}, smol_info, cache=False
+    )
+    for text in ['{"b":1}', '{"a":"s","b":null}', '{"b":{"x":[1,"y"]}}']:
+        assert _accepts(g, text.encode()), text
+    for text in ['{"a":"s"}', '{"b":1,"c":2}', "{}"]:
+        assert not _accepts(g, text.encode()), text
+
+
+def test_allof_ignores_other_tools_extension_keywords(smol_info):
+    branch = {"type": "object", "properties": {"a": {"type": "integer"}}, "x-docs": "one"}
+    g = compile_json_schema({"allOf": [branch, {**branch, "x-docs": "two"}]}, smol_info, cache=False)
+    assert _accepts(g, b'{"a":1}') and not _accepts(g, b'{"a":"s"}')
 
 
 def test_unresolvable_ref_names_it(smol_info):

@@ -13,25 +13,10 @@ import itertools
 import json
 
 from ..errors import GrammarError
+from .json_shape import is_annotation
 
 _MAX = {"minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum"}
 _MIN = {"maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum"}
-_NOTES = {
-    "title",
-    "description",
-    "default",
-    "examples",
-    "$comment",
-    "$schema",
-    "$id",
-    "id",
-    "readOnly",
-    "writeOnly",
-    "deprecated",
-    "example",
-    "$defs",
-    "definitions",
-}
 
 
 def _types(t) -> set[str] | None:
@@ -100,7 +85,7 @@ def merge_all_of(schemas: list, path: str, comp) -> dict | bool:
         if not isinstance(s, dict):
             raise GrammarError(f"allOf at #{path}: a branch is not a schema")
         for k, v in s.items():
-            if k in _NOTES:
+            if is_annotation(k):  # branches may describe the same value differently
                 continue
             if k == "const":
                 k, v = "enum", [v]

@@ -75,7 +75,7 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
     entries: list[tuple[str, str, bool]] = []
     for name in names:
         matching = [s for pat, s in pattern_props.items() if re.search(pat, name)]
-        if name not in props and addl is False and not matching:
+        if name not in props and addl is False and not matching and "additionalProperties" in schema:
             return  # a required name that no keyword allows: no object is valid
         sub = props.get(name, addl if addl is not False else True)
         if matching:

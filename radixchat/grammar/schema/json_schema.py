@@ -27,32 +27,10 @@ from ..limits import COMPILE_SECONDS, check, deadline, gc_paused
 from . import json_terminals as jt
 from .allof import merge_all_of
 from .json_objects import NOT_ALL, array_shape, literal_structure, object_shape
-from .json_shape import ALL_TYPES, Shape, const_values, schema_types, type_of
+from .json_shape import ALL_TYPES, ANNOTATIONS, Shape, const_values, schema_types, type_of
 from .lark_text import LarkWriter
 from .string_grammar import X_GRAMMAR, X_GRAMMAR_START, embed_string_grammar
 
-ANNOTATIONS = {
-    "title",
-    "description",
-    "default",
-    "examples",
-    "$schema",
-    "$id",
-    "id",
-    "$comment",
-    "readOnly",
-    "writeOnly",
-    "deprecated",
-    "$anchor",
-    "contentMediaType",
-    "contentEncoding",
-    "discriminator",
-    "example",
-    "$defs",
-    "definitions",
-    "externalDocs",
-    "xml",
-}
 UNSUPPORTED = {
     "uniqueItems",
     "contains",
@@ -111,6 +89,9 @@ def _declared_kinds(schema, path: str) -> set[str] | None:
     present = set(schema)
     kinds = {k for k, kws in (("object", OBJECT_KW), ("array", ARRAY_KW)) if present & kws}
     return kinds if kinds and not present & (STRING_KW | NUMBER_KW) else None
+
+
+_REFS = re.compile(r'"\$(?:ref|dynamicRef|recursiveRef)"')  # keywords that point elsewhere in the schema
 
 
 def _ptr(path: str) -> str:
@@ -277,8 +258,9 @@ class SchemaCompiler:
             return Shape()
         if not isinstance(schema, dict):
             raise GrammarError(f"schema at {_ptr(path)} must be an object or a boolean")
+        listed = "enum" in schema or "const" in schema  # then every keyword filters the listed values
         for kw in schema:
-            if kw in UNSUPPORTED and not (kw == "multipleOf" and schema[kw] == 1):
+            if kw in UNSUPPORTED and not (kw == "multipleOf" and schema[kw] == 1) and not listed:
                 self.fail(f"unsupported keyword '{kw}' at {_ptr(path)}/{kw}")
         if "$ref" in schema:
             if path in self._resolving:
@@ -343,17 +325,37 @@ class SchemaCompiler:
                 out[i] = {**g, NOT_ALL: [*g.get(NOT_ALL, []), names]}
         return out
 
+    def listed_and_valid(self, values: list, kind: str, keywords: dict, path: str) -> list:
+        """The ``enum``/``const`` values that the keywords beside them also accept (JSON Schema applies
+        both: ``{"enum": ["a", "bb"], "minLength": 2}`` is ``"bb"``), checked by JSON Schema's own
+        validator, in the root's draft. Keywords that refer elsewhere (``$ref``) are refused instead."""
+        import jsonschema
+
+        first = next(iter(keywords))
+        if _REFS.search(json.dumps(keywords)):
+            self.fail(f"'{first}' next to {kind} at {_ptr(path)}/{first} uses $ref; list only valid values")
+            return values
+        check = dict(keywords)
+        if isinstance(self.root, dict) and isinstance(self.root.get("$schema"), str):
+            check["$schema"] = self.root["$schema"]
+        cls = jsonschema.validators.validator_for(check)
+        try:
+            cls.check_schema(check)
+        except jsonschema.SchemaError as exc:
+            where = "/".join(map(str, exc.path)) or first
+            raise GrammarError(f"'{where}' next to {kind} at {_ptr(path)}: {exc.message}") from None
+        validator = cls(check, format_checker=cls.FORMAT_CHECKER)
+        return [v for v in values if validator.is_valid(v)]
+
     def plain_shape(self, schema: dict, path: str) -> Shape:
         if "const" in schema or "enum" in schema:
             values = [schema["const"]] if "const" in schema else schema["enum"]
             if not isinstance(values, list):
                 raise GrammarError(f"enum at {_ptr(path)} must be an array")
-            for kw in sorted(set(schema) & (OBJECT_KW | ARRAY_KW | STRING_KW | NUMBER_KW | {"multipleOf"})):
-                # Not applied to the listed values: refuse rather than allow values the schema rejects.
+            others = sorted(set(schema) & (OBJECT_KW | ARRAY_KW | STRING_KW | NUMBER_KW | UNSUPPORTED))
+            if others:
                 kind = "const" if "const" in schema else "enum"
-                self.fail(
-                    f"'{kw}' next to {kind} at {_ptr(path)}/{kw} is not supported; list only valid values"
-                )
+                values = self.listed_and_valid(values, kind, {kw: schema[kw] for kw in others}, path)
             types = schema_types(schema, path)
             sh = Shape()
             sh.merge_all(

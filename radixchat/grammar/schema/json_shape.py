@@ -8,6 +8,36 @@ from dataclasses import dataclass, field
 from ..errors import GrammarError
 
 ALL_TYPES = ("object", "array", "string", "number", "boolean", "null")
+# Keywords that say nothing about which values are valid.
+ANNOTATIONS = {
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$schema",
+    "$id",
+    "id",
+    "$comment",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "$anchor",
+    "contentMediaType",
+    "contentEncoding",
+    "discriminator",
+    "example",
+    "$defs",
+    "definitions",
+    "externalDocs",
+    "xml",
+}
+OWN_EXTENSIONS = ("x-grammar", "x-radixchat-")  # the ``x-`` keywords radixchat reads (prefixes)
+
+
+def is_annotation(keyword: str) -> bool:
+    """True for a keyword that never changes which values are valid: the annotations, and ``x-``
+    extension keywords other than radixchat's own (another tool's, e.g. ``x-intellij-html-description``)."""
+    return keyword in ANNOTATIONS or keyword.startswith("x-") and not keyword.startswith(OWN_EXTENSIONS)
 
 
 @dataclass
