@@ -264,6 +264,69 @@ def test_a_required_name_the_object_does_not_declare_takes_any_value(smol_info):
         assert not _accepts(g, text.encode()), text
 
 
+_AB = {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}
+_DRAFT7 = "http://json-schema.org/draft-07/schema#"  # where "dependencies" is a keyword
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid", "invalid"),
+    [
+        (
+            {"$schema": _DRAFT7, "type": "object", "properties": _AB, "dependencies": {"a": ["b"]}},
+            ['{"a":1,"b":2}', '{"b":2}', "{}", '{"b":1,"c":1}'],
+            ['{"a":1}', '{"a":1,"c":2}'],
+        ),
+        (  # draft 2019's name, and a name that requires one the object never writes
+            {"type": "object", "properties": _AB, "dependentRequired": {"c": ["z"]}},
+            ['{"a":1,"b":2}'],
+            ['{"c":1}'],
+        ),
+        (
+            {"type": "object", "properties": _AB, "not": {"required": ["a", "b"]}},
+            ['{"a":1}', '{"b":2,"c":3}', "{}"],
+            ['{"a":1,"b":2}'],
+        ),
+        (  # OpenRTB: "site" and "app" not both
+            {"type": "object", "properties": _AB, "not": {"allOf": [{"required": ["a"]}, {"required": ["b"]}]}},
+            ['{"a":1,"c":2}', '{"b":1}'],
+            ['{"a":1,"b":2}'],
+        ),
+        (
+            {"type": "object", "properties": _AB, "not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}},
+            ["{}", '{"c":1}'],
+            ['{"a":1}', '{"b":1}'],
+        ),
+        (  # merged from allOf branches
+            {"$schema": _DRAFT7, "allOf": [{"type": "object", "properties": _AB}, {"dependencies": {"a": ["b"]}}]},
+            ['{"a":1,"b":2}'],
+            ['{"a":1}'],
+        ),
+    ],
+)
+def test_presence_only_not_and_dependencies_are_enforced(smol_info, schema, valid, invalid):
+    g = compile_json_schema(schema, smol_info, cache=False)
+    for text in valid:
+        assert jsonschema.validators.validator_for(schema)(schema).is_valid(json.loads(text)), text
+        assert _accepts(g, text.encode()), text
+    for text in invalid:
+        assert not jsonschema.validators.validator_for(schema)(schema).is_valid(json.loads(text)), text
+        assert not _accepts(g, text.encode()), text
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"not": {"required": ["a"]}},  # no type: every non-object is invalid too
+        {"type": "object", "additionalProperties": True, "not": {"required": ["a"]}},  # "a" as an extra key
+        {"type": "object", "properties": _AB, "dependencies": {"a": {"required": ["b"]}}},  # a schema
+        {"type": "object", "properties": _AB, "not": {"properties": {"a": {"const": 1}}}},
+    ],
+)
+def test_other_not_and_dependencies_stay_refused(smol_info, schema):
+    with pytest.raises(GrammarError, match="unsupported keyword"):
+        compile_json_schema(schema, smol_info, cache=False)
+
+
 def test_allof_ignores_other_tools_extension_keywords(smol_info):
     branch = {"type": "object", "properties": {"a": {"type": "integer"}}, "x-docs": "one"}
     g = compile_json_schema({"allOf": [branch, {**branch, "x-docs": "two"}]}, smol_info, cache=False)

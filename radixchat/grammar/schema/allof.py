@@ -119,8 +119,20 @@ def _merge_key(k: str, a, b, path: str):
     if k == "enum":
         keys = {json.dumps(v, sort_keys=True) for v in b}
         return [v for v in a if json.dumps(v, sort_keys=True) in keys]
-    if k == "x-radixchat-not-all":  # json_objects.NOT_ALL: every set still applies
+    if k in ("x-radixchat-not-all", "x-radixchat-requires"):  # json_objects' presence rules: all apply
         return a + b
+    if k in ("dependencies", "dependentRequired") and isinstance(a, dict) and isinstance(b, dict):
+        merged = dict(a)
+        for name, dep in b.items():
+            old = merged.get(name)
+            if old is None:
+                merged[name] = dep
+            elif isinstance(old, list) and isinstance(dep, list):
+                merged[name] = list(dict.fromkeys(old + dep))
+            else:
+                merged[name] = _both({"required": old} if isinstance(old, list) else old,
+                                     {"required": dep} if isinstance(dep, list) else dep)
+        return merged
     if k in ("pattern", "format"):
         la = a if isinstance(a, list) else [a]
         lb = b if isinstance(b, list) else [b]

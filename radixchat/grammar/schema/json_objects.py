@@ -23,7 +23,8 @@ from ..dfa import compile_regex, product
 from ..errors import GrammarError
 from . import json_terminals as jt
 
-NOT_ALL = "x-radixchat-not-all"  # see json_schema.SchemaCompiler.exclusive
+NOT_ALL = "x-radixchat-not-all"  # sets of names not all present: json_schema.SchemaCompiler.exclusive, not
+REQUIRES = "x-radixchat-requires"  # [name, [names it requires]]: dependencies (json_schema.presence_rules)
 
 MAX_UNROLL = 2000
 MAX_TRACKED = 10  # names tracked for oneOf narrowing (2**n rule variants at worst)
@@ -114,19 +115,27 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
         if vsym is not None:
             body = rx.parse(jt.KEY_STRING_RE)
             extras.append((_key_terminal(comp, body, excluded, names_ast), vsym))
-    # oneOf narrowing (json_schema.SchemaCompiler.exclusive): sets of declared names not all present.
+    # Presence rules over declared names, checked at "}": a set not all present (oneOf narrowing,
+    # ``not: {required}``), and a name present only with the names it requires (``dependencies``).
     index = {name: k for k, (name, _, _) in enumerate(entries)}
-    not_all = []
+    rules: list[tuple[int, int | None]] = []  # (all present, and not all of these present) is refused
     for names in schema.get(NOT_ALL, []):
         if any(nm not in index for nm in names):
             continue  # a name this object never writes: the set can never be complete
-        not_all.append(sum(1 << index[nm] for nm in set(names)))
-    if len({b for m in not_all for b in range(len(entries)) if m >> b & 1}) > MAX_TRACKED:
-        raise GrammarError(f"oneOf near #{path}: too many properties to tell the branches apart")
+        rules.append((_bits(index, names), None))
+    for name, needs in schema.get(REQUIRES, []):
+        if name not in index:
+            continue  # never written: nothing to require
+        if any(nm not in index for nm in needs):
+            rules.append((_bits(index, [name]), None))  # needs a name this object never writes
+        else:
+            rules.append((_bits(index, [name]), _bits(index, needs)))
+    if len({b for r in rules for m in r if m for b in range(len(entries)) if m >> b & 1}) > MAX_TRACKED:
+        raise GrammarError(f"object at #{path}: too many properties in presence rules (oneOf, not, dependencies)")
     empty_ok = minp == 0 and not any(req for _, _, req in entries) and (maxp is None or maxp >= 0)
-    if empty_ok and 0 not in not_all:
+    if empty_ok and not _refused(rules, 0):
         sh.empty_object = True
-    sym = _object_rules(comp, path, entries, extras, max(minp, 1), maxp, not_all)
+    sym = _object_rules(comp, path, entries, extras, max(minp, 1), maxp, rules)
     if sym is not None:
         sh.objects.append(sym)
 
@@ -146,8 +155,17 @@ def _key_terminal(comp, body, excluded: list, names_ast) -> str:
     return comp.w.terminal(rx.to_regex(rx.cat(*looks, body)), "K")
 
 
+def _bits(index: dict[str, int], names) -> int:
+    return sum(1 << index[nm] for nm in set(names))
+
+
+def _refused(rules: list[tuple[int, int | None]], seen: int) -> bool:
+    """Whether an object whose tracked names ``seen`` are present breaks a presence rule."""
+    return any(seen & have == have and (need is None or seen & need != need) for have, need in rules)
+
+
 def _object_rules(
-    comp, path: str, entries, extras, minp: int, maxp: int | None, not_all: list[int]
+    comp, path: str, entries, extras, minp: int, maxp: int | None, rules: list[tuple[int, int | None]]
 ) -> str | None:
     w = comp.w
     base = w.new_rule("o", f"#{path}")
@@ -193,17 +211,17 @@ def _object_rules(
         return name
 
     tracked = 0
-    for m in not_all:
-        tracked |= m
+    for have, need in rules:
+        tracked |= have | (need or 0)
 
     def S(i: int, c: int, seen: int = 0) -> str | None:
         """Before declared property i, after c members; ``seen``: the tracked names written so far."""
         if i == n:
-            return None if any(m & seen == m for m in not_all) else tail(c)
+            return None if _refused(rules, seen) else tail(c)
         key = (i, c, seen)
         if key in memo:
             return memo[key]
-        name = f"{base}_{i}_{c}" + (f"_s{seen}" if not_all else "")
+        name = f"{base}_{i}_{c}" + (f"_s{seen}" if rules else "")
         memo[key] = name
         key_name, vsym, req = entries[i]
         alts: list[list[str]] = []

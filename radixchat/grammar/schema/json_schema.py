@@ -26,11 +26,12 @@ from ..errors import GrammarError
 from ..limits import COMPILE_SECONDS, check, deadline, gc_paused
 from . import json_terminals as jt
 from .allof import merge_all_of
-from .json_objects import NOT_ALL, array_shape, literal_structure, object_shape
-from .json_shape import ALL_TYPES, ANNOTATIONS, Shape, const_values, schema_types, type_of
+from .json_objects import NOT_ALL, REQUIRES, array_shape, literal_structure, object_shape
+from .json_shape import ALL_TYPES, ANNOTATIONS, Shape, const_values, is_annotation, schema_types, type_of
 from .lark_text import LarkWriter
 from .string_grammar import X_GRAMMAR, X_GRAMMAR_START, embed_string_grammar
 
+PRESENCE_KW = {"not", "dependencies", "dependentRequired"}  # some forms become presence rules
 UNSUPPORTED = {
     "uniqueItems",
     "contains",
@@ -259,8 +260,13 @@ class SchemaCompiler:
         if not isinstance(schema, dict):
             raise GrammarError(f"schema at {_ptr(path)} must be an object or a boolean")
         listed = "enum" in schema or "const" in schema  # then every keyword filters the listed values
+        merged_later = "allOf" in schema  # presence rules are read from the merged schema
+        if not merged_later:
+            schema = self.presence_rules(schema, path)
         for kw in schema:
             if kw in UNSUPPORTED and not (kw == "multipleOf" and schema[kw] == 1) and not listed:
+                if merged_later and kw in PRESENCE_KW:
+                    continue
                 self.fail(f"unsupported keyword '{kw}' at {_ptr(path)}/{kw}")
         if "$ref" in schema:
             if path in self._resolving:
@@ -290,6 +296,32 @@ class SchemaCompiler:
                 out.merge(self.shape(sub, f"{path}/{branches_kw}/{i}"))
             return out
         return self.plain_shape(schema, path)
+
+    def presence_rules(self, schema: dict, path: str) -> dict:
+        """``not`` and ``dependencies`` that only say which declared properties may be present together,
+        as the object rules' presence rules (``NOT_ALL``, ``REQUIRES``): ``not: {"required": [a, b]}``
+        (or an allOf / anyOf of such), ``dependencies: {a: [b]}``. Other forms stay (and are refused)."""
+        names = set(schema.get("properties") or {}) | set(schema.get("required") or [])
+        closed = schema.get("additionalProperties", self.default_additional(schema)) is False
+
+        def writable_known(ns) -> bool:  # every name is declared, or can never be written
+            return all(isinstance(n, str) and (n in names or closed and not _pattern_named(schema, n)) for n in ns)
+
+        out = schema
+        sets = _required_sets(schema.get("not"))
+        objects_only = schema_types(schema, path) == {"object"} and schema.get("nullable") is not True
+        if sets is not None and objects_only and writable_known(n for s in sets for n in s):
+            out = {k: v for k, v in out.items() if k != "not"}
+            out[NOT_ALL] = [*schema.get(NOT_ALL, []), *sets]
+        for kw in ("dependencies", "dependentRequired"):
+            deps = schema.get(kw)
+            if not isinstance(deps, dict) or not all(isinstance(v, list) for v in deps.values()):
+                continue
+            if not writable_known([*deps, *(n for v in deps.values() for n in v)]):
+                continue
+            out = {k: v for k, v in out.items() if k != kw}
+            out[REQUIRES] = [*out.get(REQUIRES, []), *([a, list(v)] for a, v in deps.items() if v)]
+        return out
 
     def recursive_ref_shape(self, schema: dict, path: str) -> Shape:
         """A ``$ref`` met again while its own shape is being built (``child: Node | None``, as pydantic
@@ -594,6 +626,31 @@ def _merged(comp: SchemaCompiler, schema, path: str):
         except GrammarError:
             return schema
     return schema
+
+
+def _required_sets(schema) -> list[list[str]] | None:
+    """The sets of names that ``not: schema`` forbids to be all present, when that is all it says:
+    ``{"required": [...]}`` (with ``"type": "object"`` or no type), an allOf of those (one set: their
+    union) or an anyOf of those (each set); None for anything else."""
+    if not isinstance(schema, dict):
+        return None
+    keys = {k for k in schema if not is_annotation(k)}
+    if keys == {"anyOf"} and isinstance(schema["anyOf"], list) and schema["anyOf"]:
+        parts = [_required_sets(s) for s in schema["anyOf"]]
+        return None if any(p is None for p in parts) else [s for p in parts for s in p]
+    if keys == {"allOf"} and isinstance(schema["allOf"], list) and schema["allOf"]:
+        parts = [_required_sets(s) for s in schema["allOf"]]
+        if any(p is None or len(p) != 1 for p in parts):
+            return None
+        return [list(dict.fromkeys(n for p in parts for n in p[0]))]
+    req = schema.get("required")
+    if keys - {"type"} != {"required"} or schema.get("type", "object") not in ("object", ["object"]):
+        return None
+    return [list(req)] if isinstance(req, list) and req and all(isinstance(n, str) for n in req) else None
+
+
+def _pattern_named(schema: dict, name: str) -> bool:
+    return any(re.search(p, name) for p in (schema.get("patternProperties") or {}))
 
 
 def _not_all(comp: SchemaCompiler, gen, val, path: str) -> list[str] | None:
