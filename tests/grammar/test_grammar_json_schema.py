@@ -342,6 +342,24 @@ def test_oneof_must_be_provably_disjoint(smol_info):
     with pytest.raises(GrammarError, match="oneOf at #"):
         compile_json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]}, smol_info, cache=False)
     compile_json_schema({"oneOf": [{"type": "integer"}, {"type": "string"}]}, smol_info, cache=False)
+    with pytest.raises(GrammarError, match="oneOf at #"):  # [] is valid under both
+        compile_json_schema({"oneOf": [{"type": "array"}, {"type": "array", "maxItems": 0}]}, smol_info, cache=False)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"oneOf": [{"type": "array", "maxItems": 0}, {"type": "array", "minItems": 1}]},
+        {"oneOf": [{"type": "string", "maxLength": 2}, {"type": "string", "minLength": 3}]},
+        {"oneOf": [{"required": ["a", "b"], "properties": {"a": {}, "b": {}}}, {"maxProperties": 1}]},
+    ],
+)
+def test_oneof_branches_apart_by_size_are_disjoint(smol_info, schema):
+    g = compile_json_schema(schema, smol_info, cache=False)
+    for value in ([], [1, 2], "ab", "abc", {"a": 1, "b": 2}, {"a": 1}):
+        text = json.dumps(value, separators=(",", ":"))
+        ok = jsonschema.Draft202012Validator(schema).is_valid(value)
+        assert _accepts(g, text.encode()) == ok, text
 
 
 def test_overlapping_object_branches_compile_with_the_general_parser(smol_info, smol_tokenizer):

@@ -15,6 +15,7 @@ is factored out, and object/array branches must differ by some key or value befo
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 from collections import OrderedDict
@@ -599,6 +600,8 @@ def excludes(comp: SchemaCompiler, gen, val, path: str, depth: int = 0) -> bool:
     gv, vv = const_values(gen), const_values(val)
     if gv is not None and vv is not None and not gv & vv:
         return True
+    if all(k in _SIZES and _sizes_apart(gen, val, k) for k in common):
+        return True  # e.g. an empty array (maxItems 0) and a non-empty one (minItems 1)
     if common == {"object"}:
         for q in val.get("required") or []:
             if _prop_schema(gen, q, False, comp) is False:
@@ -611,6 +614,25 @@ def excludes(comp: SchemaCompiler, gen, val, path: str, depth: int = 0) -> bool:
             ):
                 return True
     return False
+
+
+_SIZES = {"array": ("minItems", "maxItems"), "string": ("minLength", "maxLength"),
+          "object": ("minProperties", "maxProperties")}  # fmt: skip
+
+
+def _sizes_apart(gen: dict, val: dict, kind: str) -> bool:
+    """The sizes (items, characters, members) that the two schemas allow for ``kind`` do not meet."""
+    lo, hi = _SIZES[kind]
+
+    def bounds(s: dict) -> tuple[float, float]:
+        low, high = s.get(lo, 0), s.get(hi)
+        low = low if isinstance(low, int) else 0
+        if kind == "object" and isinstance(s.get("required"), list):
+            low = max(low, len(set(map(str, s["required"]))))
+        return low, high if isinstance(high, int) else math.inf
+
+    (g0, g1), (v0, v1) = bounds(gen), bounds(val)
+    return g1 < v0 or v1 < g0
 
 
 def _merged(comp: SchemaCompiler, schema, path: str):
