@@ -461,9 +461,13 @@ class Trie:
     Level ``d`` (0-based; prefixes of ``d + 1`` bytes) holds ``byte[d]`` (each prefix's last byte),
     ``parent[d]`` (its prefix's index in level ``d - 1``); ``node`` is the global index of each token's
     own prefix (levels concatenated; ``off[d]`` is where level ``d`` starts); ``ids`` the token ids in
-    the order of ``node``."""
+    the order of ``node``. The tokens that start with level-0 node ``i``'s byte are ``first[i]`` to
+    ``first[i + 1]`` (the vocabulary is sorted), and its subtree holds ``span[d][i]`` to
+    ``span[d][i + 1]`` of level ``d``; ``memo`` keeps runs of those subtrees (see ``trie_run``)."""
 
-    __slots__ = ("byte", "parent", "off", "node", "ids")
+    __slots__ = ("byte", "parent", "off", "node", "ids", "first", "span", "memo", "memo_size", "lock", "dead")
+
+    MEMO_TOKENS = 4_000_000  # tokens' runs kept in ``memo`` (12 bytes each) before it starts again
 
     def __init__(self, toks: list[bytes], ids: np.ndarray) -> None:
         n = len(toks)
@@ -497,35 +501,126 @@ class Trie:
             prev = first
         self.node = node
         self.ids = ids
+        roots = self.byte[0] if width else np.zeros(0, np.uint8)  # tokens are never empty
+        self.first = np.r_[np.searchsorted(mat[:, 0], roots.astype(np.int16)), n] if n else np.zeros(1, np.int64)
+        self.span = [np.arange(roots.size + 1)] if width else []
+        for d in range(1, width):  # a level's nodes are in token order: each subtree's are contiguous
+            self.span.append(np.searchsorted(self.parent[d], self.span[-1]))
+        self.memo: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.memo_size = 0
+        self.lock = threading.Lock()
+        self.dead = np.zeros(int(np.diff(self.first).max()) if n else 0, np.int32)  # DEAD (0), read-only
 
 
 def trie_run(lex: int, trie: Trie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``run`` of every token of ``trie`` from the start of their bytes (in the order of ``trie.ids``),
-    one distinct prefix at a time."""
-    n = trie.off[-1]
-    states = np.empty(n, dtype=np.int32)
-    deaths = np.empty(n, dtype=np.int32)
-    pres = np.empty(n, dtype=np.int32)
+    one distinct prefix at a time.
+
+    A token's run after its first byte depends only on the lexer state that byte leads to, so the runs
+    of each first byte's subtree are kept by (byte, state): the states inside an open object's key, say,
+    differ from the plain string state in the few bytes that continue a declared name, and reuse every
+    other subtree (stepping only the subtrees not seen before: a twentieth of the vocabulary, not all)."""
+    if not trie.byte:
+        empty = np.zeros(0, dtype=np.int32)
+        return empty, empty, empty
     SPACE.materialise(np.array([lex], dtype=np.int32))
-    ps = np.full(1, lex, dtype=np.int32)
-    pd = np.full(1, -1, dtype=np.int32)
-    pp = np.zeros(1, dtype=np.int32)
-    for d in range(len(trie.byte)):
-        if d:
-            par = trie.parent[d]
-            ps, pd, pp = ps[par], pd[par], pp[par]
+    roots = trie.byte[0]
+    after = SPACE.next_states(np.full(roots.size, lex, dtype=np.int32), roots)
+    live = np.flatnonzero(after != DEAD).tolist()
+    keys = list(zip(roots.tolist(), after.tolist()))
+    found = {keys[i]: trie.memo.get(keys[i]) for i in live}  # held here: the memo may be cleared meanwhile
+    todo = [i for i in live if found[keys[i]] is None]
+    if 2 * len(todo) > len(live):  # mostly new: one run of the whole trie, kept by subtree
+        out = _levels(trie, np.arange(roots.size), np.full(roots.size, lex, dtype=np.int32), roots)
+        _remember(trie, live, after, out, trie.first[:-1])
+        return out
+    if todo:
+        sub = np.array(todo, dtype=np.int64)
+        out = _levels(trie, sub, after[sub].astype(np.int32), None)
+        sizes = trie.first[sub + 1] - trie.first[sub]
+        found.update(_remember(trie, todo, after, out, dict(zip(todo, (np.cumsum(sizes) - sizes).tolist()))))
+    sizes = np.diff(trie.first)
+    dead = trie.dead
+    parts = [
+        found[b, a] if a != DEAD else (dead[:k], dead[:k], dead[:k])  # every token dies on its first byte
+        for (b, a), k in zip(keys, sizes.tolist())
+    ]
+    final, death, pre = (np.concatenate([p[j] for p in parts]) for j in range(3))
+    if (after == DEAD).any():
+        pre[np.repeat(after == DEAD, sizes)] = lex
+    return final, death, pre
+
+
+def _levels(
+    trie: Trie, roots: np.ndarray, states: np.ndarray, first: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step the subtrees of level-0 nodes ``roots`` (sorted) one level at a time, vectorised, from
+    ``states``: the state before their first byte (``first``: step it too) or after it (None). Returns
+    ``(final, death, pre)`` of the tokens of those subtrees, in order (of every token when ``roots`` are
+    all the level-0 nodes)."""
+    n = trie.off[-1]
+    out_states = np.empty(n, dtype=np.int32)  # only the subtrees' nodes are written, and read
+    out_deaths = np.empty(n, dtype=np.int32)
+    out_pres = np.empty(n, dtype=np.int32)
+    ps = states
+    pd = np.full(roots.size, -1, dtype=np.int32)
+    pp = np.zeros(roots.size, dtype=np.int32)
+    if first is not None:
+        cur = SPACE.next_states(ps, first)
+        died = (cur == DEAD) & (ps != DEAD)
+        pd = np.where(died, 0, pd).astype(np.int32)
+        pp = np.where(died, ps, pp).astype(np.int32)
+        ps = cur
+    out_states[roots], out_deaths[roots], out_pres[roots] = ps, pd, pp
+    idx, whole = roots, roots.size == trie.byte[0].size
+    for d in range(1, len(trie.byte)):
+        if whole:
+            nxt, at = None, trie.parent[d]
         else:
-            k = trie.byte[0].shape[0]
-            ps, pd, pp = np.repeat(ps, k), np.repeat(pd, k), np.repeat(pp, k)
-        cur = SPACE.next_states(ps, trie.byte[d]) if ps.any() else ps
+            lo, hi = trie.span[d][roots], trie.span[d][roots + 1]
+            sizes = hi - lo  # the subtrees' ranges of this level, concatenated
+            if not sizes.any():
+                break
+            nxt = np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
+            at = np.searchsorted(idx, trie.parent[d][nxt])  # each node's parent among the last level's
+        ps, pd, pp = ps[at], pd[at], pp[at]
+        cur = SPACE.next_states(ps, trie.byte[d] if nxt is None else trie.byte[d][nxt]) if ps.any() else ps
         died = (cur == DEAD) & (ps != DEAD)
         if died.any():
             pd = np.where(died, d, pd).astype(np.int32)
             pp = np.where(died, ps, pp).astype(np.int32)
-        a, b = trie.off[d], trie.off[d + 1]
-        states[a:b], deaths[a:b], pres[a:b] = cur, pd, pp
+        a = trie.off[d]
+        if nxt is None:
+            out_states[a : trie.off[d + 1]], out_deaths[a : trie.off[d + 1]], out_pres[a : trie.off[d + 1]] = cur, pd, pp
+        else:
+            out_states[a + nxt], out_deaths[a + nxt], out_pres[a + nxt] = cur, pd, pp
+            idx = nxt
         ps = cur
-    return states[trie.node], deaths[trie.node], pres[trie.node]
+    if whole:
+        node = trie.node
+    else:
+        lo, hi = trie.first[roots], trie.first[roots + 1]
+        sizes = hi - lo
+        node = trie.node[np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)]
+    return out_states[node], out_deaths[node], out_pres[node]
+
+
+def _remember(trie: Trie, roots: list[int], after: np.ndarray, out: tuple[np.ndarray, ...], at) -> dict:
+    """Keep the runs of the subtrees of level-0 nodes ``roots`` (by first byte and the state after it),
+    each a read-only view of ``out`` from ``at[i]``; returns them."""
+    final, death, pre = out
+    got = {}
+    with trie.lock:
+        for i in roots:
+            k = int(trie.first[i + 1] - trie.first[i])
+            a = int(at[i])
+            if trie.memo_size + k > Trie.MEMO_TOKENS:
+                trie.memo.clear()
+                trie.memo_size = 0
+            key = (int(trie.byte[0][i]), int(after[i]))
+            got[key] = trie.memo[key] = (final[a : a + k], death[a : a + k], pre[a : a + k])
+            trie.memo_size += k
+    return got
 
 
 def lex_run(

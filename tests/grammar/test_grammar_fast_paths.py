@@ -59,6 +59,42 @@ def test_the_trie_run_gives_the_vectorised_run(smol_info):
     assert any(len(SPACE.comps[lx]) > 1 for lx in lexes)
 
 
+def test_the_trie_run_reuses_subtrees_that_agree_after_their_first_byte(smol_info):
+    """Inside an open object's key, states differ from each other only in the bytes that continue a
+    declared name: each later state steps those subtrees alone, and still gives the plain run."""
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "nick": {"type": "integer"}},
+        "additionalProperties": True,
+    }
+    g = compile_json_schema(schema, smol_info, cache=False)
+    trie = smol_info.trie
+    added = []
+    for prefix in (b'{"', b'{"n', b'{"ni', b'{"na', b'{"nam', b'{"x'):
+        m = g.matcher()
+        m.advance_bytes(prefix)
+        (_, lex), = m.configs
+        before = len(trie.memo)
+        assert _assert_trie_matches_run(smol_info, [lex]) == 1
+        added.append(len(trie.memo) - before)
+    assert max(added[1:]) <= 3, added  # not the ~150 subtrees of the vocabulary's first bytes
+
+
+def test_the_trie_run_is_right_when_its_memo_fills_and_starts_again(smol_info, monkeypatch):
+    from radixchat.grammar.lexer import Trie
+
+    monkeypatch.setattr(Trie, "MEMO_TOKENS", 2000)  # cleared several times in each run
+    schema = {"type": "object", "properties": {"ab": {"type": "string"}}, "additionalProperties": True}
+    g = compile_json_schema(schema, smol_info, cache=False)
+    lexes = set()
+    for prefix in (b'{"', b'{"a', b'{"ab', b'{"q', b'{"ab":"', b'{"ab":"x'):
+        m = g.matcher()
+        m.advance_bytes(prefix)
+        lexes.update(lx for _, lx in m.configs)
+    assert _assert_trie_matches_run(smol_info, sorted(lexes)) == len(lexes)
+    assert smol_info.trie.memo_size <= 2000
+
+
 def test_the_trie_run_handles_duplicate_and_prefix_tokens():
     """A vocabulary whose tokens are prefixes of each other, repeated, and contain byte 0."""
     rng = random.Random(3)
