@@ -502,7 +502,9 @@ class Trie:
         self.node = node
         self.ids = ids
         roots = self.byte[0] if width else np.zeros(0, np.uint8)  # tokens are never empty
-        self.first = np.r_[np.searchsorted(mat[:, 0], roots.astype(np.int16)), n] if n else np.zeros(1, np.int64)
+        self.first = (
+            np.r_[np.searchsorted(mat[:, 0], roots.astype(np.int16)), n] if n else np.zeros(1, np.int64)
+        )
         self.span = [np.arange(roots.size + 1)] if width else []
         for d in range(1, width):  # a level's nodes are in token order: each subtree's are contiguous
             self.span.append(np.searchsorted(self.parent[d], self.span[-1]))
@@ -591,7 +593,11 @@ def _levels(
             pp = np.where(died, ps, pp).astype(np.int32)
         a = trie.off[d]
         if nxt is None:
-            out_states[a : trie.off[d + 1]], out_deaths[a : trie.off[d + 1]], out_pres[a : trie.off[d + 1]] = cur, pd, pp
+            (
+                out_states[a : trie.off[d + 1]],
+                out_deaths[a : trie.off[d + 1]],
+                out_pres[a : trie.off[d + 1]],
+            ) = cur, pd, pp
         else:
             out_states[a + nxt], out_deaths[a + nxt], out_pres[a + nxt] = cur, pd, pp
             idx = nxt

@@ -73,7 +73,7 @@ def test_the_trie_run_reuses_subtrees_that_agree_after_their_first_byte(smol_inf
     for prefix in (b'{"', b'{"n', b'{"ni', b'{"na', b'{"nam', b'{"x'):
         m = g.matcher()
         m.advance_bytes(prefix)
-        (_, lex), = m.configs
+        ((_, lex),) = m.configs
         before = len(trie.memo)
         assert _assert_trie_matches_run(smol_info, [lex]) == 1
         added.append(len(trie.memo) - before)

@@ -238,7 +238,12 @@ def test_constraints_the_grammar_would_not_apply_are_refused(smol_info, schema, 
         ({"enum": ["a", "b"], "not": {"const": "a"}}, ['"b"'], ['"a"']),
         # draft-04's boolean exclusiveMaximum, read in the root's draft
         (
-            {"$schema": "http://json-schema.org/draft-04/schema#", "enum": [1, 2], "maximum": 2, "exclusiveMaximum": True},
+            {
+                "$schema": "http://json-schema.org/draft-04/schema#",
+                "enum": [1, 2],
+                "maximum": 2,
+                "exclusiveMaximum": True,
+            },
             ["1"],
             ["2"],
         ),
@@ -287,17 +292,28 @@ _DRAFT7 = "http://json-schema.org/draft-07/schema#"  # where "dependencies" is a
             ['{"a":1,"b":2}'],
         ),
         (  # OpenRTB: "site" and "app" not both
-            {"type": "object", "properties": _AB, "not": {"allOf": [{"required": ["a"]}, {"required": ["b"]}]}},
+            {
+                "type": "object",
+                "properties": _AB,
+                "not": {"allOf": [{"required": ["a"]}, {"required": ["b"]}]},
+            },
             ['{"a":1,"c":2}', '{"b":1}'],
             ['{"a":1,"b":2}'],
         ),
         (
-            {"type": "object", "properties": _AB, "not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}},
+            {
+                "type": "object",
+                "properties": _AB,
+                "not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+            },
             ["{}", '{"c":1}'],
             ['{"a":1}', '{"b":1}'],
         ),
         (  # merged from allOf branches
-            {"$schema": _DRAFT7, "allOf": [{"type": "object", "properties": _AB}, {"dependencies": {"a": ["b"]}}]},
+            {
+                "$schema": _DRAFT7,
+                "allOf": [{"type": "object", "properties": _AB}, {"dependencies": {"a": ["b"]}}],
+            },
             ['{"a":1,"b":2}'],
             ['{"a":1}'],
         ),
@@ -343,7 +359,9 @@ def test_oneof_must_be_provably_disjoint(smol_info):
         compile_json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]}, smol_info, cache=False)
     compile_json_schema({"oneOf": [{"type": "integer"}, {"type": "string"}]}, smol_info, cache=False)
     with pytest.raises(GrammarError, match="oneOf at #"):  # [] is valid under both
-        compile_json_schema({"oneOf": [{"type": "array"}, {"type": "array", "maxItems": 0}]}, smol_info, cache=False)
+        compile_json_schema(
+            {"oneOf": [{"type": "array"}, {"type": "array", "maxItems": 0}]}, smol_info, cache=False
+        )
 
 
 @pytest.mark.parametrize(

@@ -130,8 +130,10 @@ def _merge_key(k: str, a, b, path: str):
             elif isinstance(old, list) and isinstance(dep, list):
                 merged[name] = list(dict.fromkeys(old + dep))
             else:
-                merged[name] = _both({"required": old} if isinstance(old, list) else old,
-                                     {"required": dep} if isinstance(dep, list) else dep)
+                merged[name] = _both(
+                    {"required": old} if isinstance(old, list) else old,
+                    {"required": dep} if isinstance(dep, list) else dep,
+                )
         return merged
     if k in ("pattern", "format"):
         la = a if isinstance(a, list) else [a]

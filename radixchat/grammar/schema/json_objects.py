@@ -131,7 +131,9 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
         else:
             rules.append((_bits(index, [name]), _bits(index, needs)))
     if len({b for r in rules for m in r if m for b in range(len(entries)) if m >> b & 1}) > MAX_TRACKED:
-        raise GrammarError(f"object at #{path}: too many properties in presence rules (oneOf, not, dependencies)")
+        raise GrammarError(
+            f"object at #{path}: too many properties in presence rules (oneOf, not, dependencies)"
+        )
     empty_ok = minp == 0 and not any(req for _, _, req in entries) and (maxp is None or maxp >= 0)
     if empty_ok and not _refused(rules, 0):
         sh.empty_object = True

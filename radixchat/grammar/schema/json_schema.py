@@ -306,7 +306,9 @@ class SchemaCompiler:
         closed = schema.get("additionalProperties", self.default_additional(schema)) is False
 
         def writable_known(ns) -> bool:  # every name is declared, or can never be written
-            return all(isinstance(n, str) and (n in names or closed and not _pattern_named(schema, n)) for n in ns)
+            return all(
+                isinstance(n, str) and (n in names or closed and not _pattern_named(schema, n)) for n in ns
+            )
 
         out = schema
         sets = _required_sets(schema.get("not"))
