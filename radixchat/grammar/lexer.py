@@ -521,7 +521,7 @@ def trie_run(lex: int, trie: Trie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     A token's run after its first byte depends only on the lexer state that byte leads to, so the runs
     of each first byte's subtree are kept by (byte, state): the states inside an open object's key, say,
     differ from the plain string state in the few bytes that continue a declared name, and reuse every
-    other subtree (stepping only the subtrees not seen before: a twentieth of the vocabulary, not all)."""
+    other subtree (stepping only the subtrees not seen before: a few hundred tokens, not all ~49k)."""
     if not trie.byte:
         empty = np.zeros(0, dtype=np.int32)
         return empty, empty, empty
@@ -532,58 +532,46 @@ def trie_run(lex: int, trie: Trie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     keys = list(zip(roots.tolist(), after.tolist()))
     found = {keys[i]: trie.memo.get(keys[i]) for i in live}  # held here: the memo may be cleared meanwhile
     todo = [i for i in live if found[keys[i]] is None]
-    if 2 * len(todo) > len(live):  # mostly new: one run of the whole trie, kept by subtree
-        out = _levels(trie, np.arange(roots.size), np.full(roots.size, lex, dtype=np.int32), roots)
-        _remember(trie, live, after, out, trie.first[:-1])
-        return out
-    if todo:
-        sub = np.array(todo, dtype=np.int64)
-        out = _levels(trie, sub, after[sub].astype(np.int32), None)
-        sizes = trie.first[sub + 1] - trie.first[sub]
-        found.update(_remember(trie, todo, after, out, dict(zip(todo, (np.cumsum(sizes) - sizes).tolist()))))
     sizes = np.diff(trie.first)
-    dead = trie.dead
-    parts = [
-        found[b, a] if a != DEAD else (dead[:k], dead[:k], dead[:k])  # every token dies on its first byte
-        for (b, a), k in zip(keys, sizes.tolist())
-    ]
-    final, death, pre = (np.concatenate([p[j] for p in parts]) for j in range(3))
-    if (after == DEAD).any():
-        pre[np.repeat(after == DEAD, sizes)] = lex
+    if 2 * len(todo) > len(live):  # mostly new: one run of the whole trie, kept by subtree
+        final, death, pre = _levels(trie, np.arange(roots.size), after)
+        _remember(trie, live, after, (final, death, pre), trie.first[:-1])
+    else:
+        if todo:
+            sub = np.array(todo, dtype=np.int64)
+            starts = np.cumsum(sizes[sub]) - sizes[sub]
+            found.update(
+                _remember(trie, todo, after, _levels(trie, sub, after[sub]), dict(zip(todo, starts.tolist())))
+            )
+        dead = trie.dead
+        parts = [found[b, a] if a != DEAD else (dead[:k],) * 3 for (b, a), k in zip(keys, sizes.tolist())]
+        final, death, pre = (np.concatenate([p[j] for p in parts]) for j in range(3))
+    first_dies = np.repeat(after == DEAD, sizes)  # tokens whose first byte ends the lexeme (no subtree kept)
+    death[first_dies], pre[first_dies] = 0, lex
     return final, death, pre
 
 
-def _levels(
-    trie: Trie, roots: np.ndarray, states: np.ndarray, first: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Step the subtrees of level-0 nodes ``roots`` (sorted) one level at a time, vectorised, from
-    ``states``: the state before their first byte (``first``: step it too) or after it (None). Returns
-    ``(final, death, pre)`` of the tokens of those subtrees, in order (of every token when ``roots`` are
-    all the level-0 nodes)."""
+    ``states``, the lexer states after their first byte. Returns ``(final, death, pre)`` of the tokens
+    of those subtrees, in order (of every token when ``roots`` are all the level-0 nodes; a subtree
+    from DEAD reads as never dying: the caller says where its tokens died)."""
     n = trie.off[-1]
     out_states = np.empty(n, dtype=np.int32)  # only the subtrees' nodes are written, and read
     out_deaths = np.empty(n, dtype=np.int32)
     out_pres = np.empty(n, dtype=np.int32)
-    ps = states
+    ps = states.astype(np.int32)
     pd = np.full(roots.size, -1, dtype=np.int32)
     pp = np.zeros(roots.size, dtype=np.int32)
-    if first is not None:
-        cur = SPACE.next_states(ps, first)
-        died = (cur == DEAD) & (ps != DEAD)
-        pd = np.where(died, 0, pd).astype(np.int32)
-        pp = np.where(died, ps, pp).astype(np.int32)
-        ps = cur
     out_states[roots], out_deaths[roots], out_pres[roots] = ps, pd, pp
     idx, whole = roots, roots.size == trie.byte[0].size
     for d in range(1, len(trie.byte)):
         if whole:
             nxt, at = None, trie.parent[d]
         else:
-            lo, hi = trie.span[d][roots], trie.span[d][roots + 1]
-            sizes = hi - lo  # the subtrees' ranges of this level, concatenated
-            if not sizes.any():
+            nxt = _ranges(trie.span[d][roots], trie.span[d][roots + 1])  # the subtrees' nodes of level d
+            if not nxt.size:
                 break
-            nxt = np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
             at = np.searchsorted(idx, trie.parent[d][nxt])  # each node's parent among the last level's
         ps, pd, pp = ps[at], pd[at], pp[at]
         cur = SPACE.next_states(ps, trie.byte[d] if nxt is None else trie.byte[d][nxt]) if ps.any() else ps
@@ -591,24 +579,17 @@ def _levels(
         if died.any():
             pd = np.where(died, d, pd).astype(np.int32)
             pp = np.where(died, ps, pp).astype(np.int32)
-        a = trie.off[d]
-        if nxt is None:
-            (
-                out_states[a : trie.off[d + 1]],
-                out_deaths[a : trie.off[d + 1]],
-                out_pres[a : trie.off[d + 1]],
-            ) = cur, pd, pp
-        else:
-            out_states[a + nxt], out_deaths[a + nxt], out_pres[a + nxt] = cur, pd, pp
-            idx = nxt
-        ps = cur
-    if whole:
-        node = trie.node
-    else:
-        lo, hi = trie.first[roots], trie.first[roots + 1]
-        sizes = hi - lo
-        node = trie.node[np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)]
+        g = slice(trie.off[d], trie.off[d + 1]) if nxt is None else trie.off[d] + nxt
+        out_states[g], out_deaths[g], out_pres[g] = cur, pd, pp
+        idx, ps = nxt, cur
+    node = trie.node if whole else trie.node[_ranges(trie.first[roots], trie.first[roots + 1])]
     return out_states[node], out_deaths[node], out_pres[node]
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The integers of the ranges ``lo[i]`` to ``hi[i]``, concatenated."""
+    sizes = hi - lo
+    return np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
 
 
 def _remember(trie: Trie, roots: list[int], after: np.ndarray, out: tuple[np.ndarray, ...], at) -> dict:
@@ -620,11 +601,14 @@ def _remember(trie: Trie, roots: list[int], after: np.ndarray, out: tuple[np.nda
         for i in roots:
             k = int(trie.first[i + 1] - trie.first[i])
             a = int(at[i])
+            key = (int(trie.byte[0][i]), int(after[i]))
+            got[key] = run = (final[a : a + k], death[a : a + k], pre[a : a + k])
+            if k > Trie.MEMO_TOKENS:
+                continue  # never kept: the memo stays within its bound
             if trie.memo_size + k > Trie.MEMO_TOKENS:
                 trie.memo.clear()
                 trie.memo_size = 0
-            key = (int(trie.byte[0][i]), int(after[i]))
-            got[key] = trie.memo[key] = (final[a : a + k], death[a : a + k], pre[a : a + k])
+            trie.memo[key] = run
             trie.memo_size += k
     return got
 

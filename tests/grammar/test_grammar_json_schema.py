@@ -343,10 +343,14 @@ def test_other_not_and_dependencies_stay_refused(smol_info, schema):
         compile_json_schema(schema, smol_info, cache=False)
 
 
-def test_allof_ignores_other_tools_extension_keywords(smol_info):
+def test_other_tools_extension_keywords_are_annotations(smol_info):
     branch = {"type": "object", "properties": {"a": {"type": "integer"}}, "x-docs": "one"}
     g = compile_json_schema({"allOf": [branch, {**branch, "x-docs": "two"}]}, smol_info, cache=False)
     assert _accepts(g, b'{"a":1}') and not _accepts(g, b'{"a":"s"}')
+    # a $ref with only annotations beside it is a plain reference: here, a recursive one
+    node = {"type": "object", "properties": {"child": {"$ref": "#/$defs/n", "x-docs": "the child"}}}
+    g = compile_json_schema({"$defs": {"n": node}, "$ref": "#/$defs/n"}, smol_info, cache=False)
+    assert _accepts(g, b'{"child":{"child":{}}}') and not _accepts(g, b'{"child":1}')
 
 
 def test_unresolvable_ref_names_it(smol_info):

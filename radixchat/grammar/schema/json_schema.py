@@ -28,7 +28,7 @@ from ..limits import COMPILE_SECONDS, check, deadline, gc_paused
 from . import json_terminals as jt
 from .allof import merge_all_of
 from .json_objects import NOT_ALL, REQUIRES, array_shape, literal_structure, object_shape
-from .json_shape import ALL_TYPES, ANNOTATIONS, Shape, const_values, is_annotation, schema_types, type_of
+from .json_shape import ALL_TYPES, Shape, const_values, is_annotation, schema_types, type_of
 from .lark_text import LarkWriter
 from .string_grammar import X_GRAMMAR, X_GRAMMAR_START, embed_string_grammar
 
@@ -94,6 +94,11 @@ def _declared_kinds(schema, path: str) -> set[str] | None:
 
 
 _REFS = re.compile(r'"\$(?:ref|dynamicRef|recursiveRef)"')  # keywords that point elsewhere in the schema
+
+
+def _assertions(schema: dict) -> set[str]:
+    """The keywords of ``schema`` that may change which values are valid (not annotations)."""
+    return {k for k in schema if not is_annotation(k)}
 
 
 def _ptr(path: str) -> str:
@@ -182,7 +187,7 @@ class SchemaCompiler:
             if depth > 50:
                 raise GrammarError(f"$ref cycle at {_ptr(path)}")
             target, tpath = self.resolve(schema["$ref"], path)
-            rest = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+            rest = {k: v for k, v in schema.items() if k != "$ref" and not is_annotation(k)}
             schema = merge_all_of([target, rest], path, self) if rest else target
             path = tpath
             depth += 1
@@ -192,7 +197,7 @@ class SchemaCompiler:
 
     def symbol(self, schema, path: str) -> str | None:
         """The grammar symbol for values valid under ``schema`` (None: no value is valid)."""
-        if isinstance(schema, dict) and set(schema) - ANNOTATIONS == {"$ref"}:
+        if isinstance(schema, dict) and _assertions(schema) == {"$ref"}:
             return self.ref_symbol(schema["$ref"], path)
         key = json.dumps(schema, sort_keys=True, default=str)
         if key in self._memo:
@@ -289,7 +294,7 @@ class SchemaCompiler:
             subs = []
             for i, b in enumerate(branches):
                 bpath = f"{path}/{branches_kw}/{i}"
-                subs.append(merge_all_of([rest, b], bpath, self) if set(rest) - ANNOTATIONS else b)
+                subs.append(merge_all_of([rest, b], bpath, self) if _assertions(rest) else b)
             if branches_kw == "oneOf":
                 subs = self.exclusive(subs, path)
             out = Shape()
@@ -302,6 +307,8 @@ class SchemaCompiler:
         """``not`` and ``dependencies`` that only say which declared properties may be present together,
         as the object rules' presence rules (``NOT_ALL``, ``REQUIRES``): ``not: {"required": [a, b]}``
         (or an allOf / anyOf of such), ``dependencies: {a: [b]}``. Other forms stay (and are refused)."""
+        if PRESENCE_KW.isdisjoint(schema):
+            return schema
         names = set(schema.get("properties") or {}) | set(schema.get("required") or [])
         closed = schema.get("additionalProperties", self.default_additional(schema)) is False
 
@@ -331,7 +338,7 @@ class SchemaCompiler:
         writes ``Optional[Self]``). An object or array target consumes a bracket first, so its named
         rule can stand for it; anything else would recurse without consuming input."""
         target, tpath = self.resolve(schema["$ref"], path)
-        kinds = _declared_kinds(target, path) if set(schema) - ANNOTATIONS == {"$ref"} else None
+        kinds = _declared_kinds(target, path) if _assertions(schema) == {"$ref"} else None
         if kinds == {"object"}:
             return Shape(objects=[self.ref_symbol(schema["$ref"], path)])
         if kinds == {"array"}:
@@ -423,7 +430,7 @@ class SchemaCompiler:
         if schema.get("nullable") is True:
             types.add("null")
         sh = Shape()
-        if set(ALL_TYPES) <= types and not (set(schema) - ANNOTATIONS - {"type", "nullable"}):
+        if set(ALL_TYPES) <= types and not (_assertions(schema) - {"type", "nullable"}):
             return Shape(any=True)
         if "string" in types:
             self.string_shape(schema, path, sh)
@@ -658,7 +665,7 @@ def _required_sets(schema) -> list[list[str]] | None:
     union) or an anyOf of those (each set); None for anything else."""
     if not isinstance(schema, dict):
         return None
-    keys = {k for k in schema if not is_annotation(k)}
+    keys = _assertions(schema)
     if keys == {"anyOf"} and isinstance(schema["anyOf"], list) and schema["anyOf"]:
         parts = [_required_sets(s) for s in schema["anyOf"]]
         return None if any(p is None for p in parts) else [s for p in parts for s in p]
