@@ -31,6 +31,7 @@ from .dfa import ByteDFA
 from .errors import GrammarError
 
 MAX_LEXER_STATES = 2_000_000
+MAX_MOVES = 1_000_000  # ``LexerSpace._moves`` entries kept before it starts again
 DEAD = 0
 _MIX = np.random.default_rng(0).integers(1, 1 << 40, size=4096) | 1  # column hashing in ``row``
 
@@ -73,6 +74,7 @@ class LexerSpace:
         self._live_at = array("q")
         self._live_next = array("i")
         self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
+        self._moves: dict[int, int] = {}  # ``step`` of states without a row: lex << 8 | byte -> next
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -115,6 +117,8 @@ class LexerSpace:
                 shared = self._acc_shared[acc.tobytes()] = untracked(tuple(acc))
             self.accepting.append(shared[0])
             self.is_start.append(not any(states))
+            self._grow_index()
+            self._acc_np[got] = bool(acc)
             self._ids[key] = got
             return got
 
@@ -220,10 +224,16 @@ class LexerSpace:
 
     def step(self, lex: int, byte: int) -> int:
         at = self._row_at[lex]
-        if at < 0:
-            nxt = self._narrow_step(lex, byte)
-            return nxt if nxt is not None else self.row(lex)[byte]
-        return self._row_data[at + byte]
+        if at >= 0:
+            return self._row_data[at + byte]
+        key = lex << 8 | byte
+        got = self._moves.get(key)
+        if got is None:
+            got = self._move(lex, byte)
+            if len(self._moves) >= MAX_MOVES:
+                self._moves.clear()
+            self._moves[key] = got
+        return got
 
     def cont(self, lex: int) -> np.ndarray:
         """bool[256]: the bytes that continue the lexeme of ``lex`` (some component lives on), read from
@@ -237,19 +247,25 @@ class LexerSpace:
             live |= np.asarray(self.dfas[d].trans[s]) >= 0
         return live
 
-    def _narrow_step(self, lex: int, byte: int) -> int | None:
-        """``step`` of a one-terminal state of a plain DFA whose row is not built, from the DFA's move
-        alone (a token's bytes through a key it is the only one to pass: no row of 256 is needed);
-        None for other states."""
-        got = self._plain_single(lex)
-        if got is None:
-            return None
-        d, s, dfa = got
-        t = int(dfa.trans[s, byte])
-        return self._single_state(d, t) if t >= 0 else DEAD
+    def _move(self, lex: int, byte: int) -> int:
+        """``step`` of a state whose row is not built, from its components' moves on ``byte`` alone: a
+        scalar run (a few tokens after a lexeme ended, a token's bytes through a key it alone passes)
+        steps a state on one or two bytes, and a row of 256 costs ~50-150 us where several terminals
+        are alive (a lexeme's start)."""
+        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
+        out = []
+        for d, s in zip(flat[::2], flat[1::2]):
+            t = int(self.dfas[d].trans[s][byte])
+            if t >= 0:
+                out.append((d, t))
+        if not out:
+            return DEAD
+        if len(out) == 1 and isinstance(self.dfas[out[0][0]], ByteDFA):
+            return self._single_state(*out[0])
+        return self.intern(tuple(out))
 
     def materialise(self, states: np.ndarray) -> None:
-        """Make the rows of ``states`` (and their ``accepting_np``) ready for ``next_states`` (lazily: a
+        """Make the rows of ``states`` ready for ``next_states`` (lazily: a
         vocabulary run pays only for the lexer states its tokens reach, never for a DFA's closure)."""
         if len(self.is_start) <= self._slot.shape[0] and (self._slot[states] >= 0).all():
             return
@@ -265,7 +281,6 @@ class LexerSpace:
                 self._table = table
             for s, r in zip(need, rows):
                 self._table[self._n_rows] = r
-                self._acc_np[s] = bool(self.accepting[s])
                 self._slot[s] = self._n_rows
                 self._n_rows += 1
 
@@ -287,6 +302,7 @@ class LexerSpace:
 
     @property
     def accepting_np(self) -> np.ndarray:
+        """bool per lexer state: whether it accepts (set when the state is interned)."""
         return self._acc_np
 
     def describe(self, lex: int) -> tuple:
@@ -431,26 +447,20 @@ def _run_scalar(
 ):
     """``run`` for a few rows, one byte at a time in Python."""
     step = SPACE.step
-    out_final, out_death, out_pre = [], [], []
-    for i, o in zip(ids.tolist(), offs.tolist()):
-        cur, pos, dead_at = lex, int(starts[i]) + o, -1
-        end = int(starts[i]) + int(lens[i])
-        for b in flat[pos:end].tolist():
+    n = ids.shape[0]
+    final, death, pre = [DEAD] * n, [-1] * n, [0] * n
+    for k, (a, o, z) in enumerate(zip(starts[ids].tolist(), offs.tolist(), lens[ids].tolist())):
+        cur = lex
+        for b in flat[a + o : a + z].tobytes():
             nxt = step(cur, b)
             if nxt == DEAD:
-                dead_at = pos - int(starts[i])
+                death[k], pre[k] = o, cur
                 break
             cur = nxt
-            pos += 1
-        out_final.append(DEAD if dead_at >= 0 else cur)
-        out_death.append(dead_at)
-        out_pre.append(cur if dead_at >= 0 else 0)
-    SPACE.materialise(np.array(out_pre + [lex], dtype=np.int32))  # accepting_np must know every pre state
-    return (
-        np.array(out_final, dtype=np.int32),
-        np.array(out_death, dtype=np.int32),
-        np.array(out_pre, dtype=np.int32),
-    )
+            o += 1
+        else:
+            final[k] = cur
+    return np.array(final, dtype=np.int32), np.array(death, dtype=np.int32), np.array(pre, dtype=np.int32)
 
 
 class Trie:
@@ -627,7 +637,6 @@ def lex_run(
     final, death, pre = (
         rows if rows is not None else run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
     )
-    SPACE.materialise(np.array([lex], dtype=np.int32))
     inside = final != DEAD
     acc = SPACE.accepting_np
     crossing = (death >= 1) & acc[pre]
@@ -733,6 +742,13 @@ def walk_run(
 
 def groups_by_pre(death: np.ndarray, pre: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """Rows that died after an accepting lexeme, grouped by that lexer state: [(pre, row indices)]."""
+    if death.size <= SCALAR_ROWS:  # a few rows: numpy's sort and split cost more than a dict
+        accepting = SPACE.accepting
+        groups: dict[int, list[int]] = {}
+        for i, (d, p) in enumerate(zip(death.tolist(), pre.tolist())):
+            if d >= 0 and accepting[p]:
+                groups.setdefault(p, []).append(i)
+        return [(p, np.array(groups[p], dtype=np.intp)) for p in sorted(groups)]
     crossing = (death >= 0) & SPACE.accepting_np[pre]
     idx = np.flatnonzero(crossing)
     if not idx.size:
