@@ -32,6 +32,8 @@ from .errors import GrammarError
 
 MAX_LEXER_STATES = 2_000_000
 MAX_MOVES = 1_000_000  # ``LexerSpace._moves`` entries kept before it starts again
+ROW_SHIFT = 16
+ROW_CHUNK = 1 << ROW_SHIFT  # ints per array of ``LexerSpace._row_data`` (256 rows of 256)
 DEAD = 0
 _MIX = np.random.default_rng(0).integers(1, 1 << 40, size=4096) | 1  # column hashing in ``row``
 
@@ -51,10 +53,12 @@ class LexerSpace:
         self._comp_data = array("i")
         self.comps = _Comps(self)
         self._ids: dict[bytes, int] = {b"": DEAD}
-        # Rows, built lazily, all in one int array: state s's row is _row_data[_row_at[s]:][:256]
-        # (_row_at[s] < 0: not built yet). One object for the collector, however many states.
+        # Rows, built lazily, in int arrays of ROW_CHUNK ints each: state s's row starts at int
+        # _row_at[s] (< 0: not built yet) of their concatenation. A few objects for the collector,
+        # however many states; and no single array that grows: reallocating one of tens of MB (a
+        # copy) took 30-80 ms inside one mask.
         self._row_at = array("q", [0])
-        self._row_data = array("i", [DEAD] * 256)
+        self._row_data: list[array] = [array("i", [DEAD] * 256)]
         # per state: the DFAs it accepts for (equal tuples shared, so a full collection walking the list
         # meets a few hot objects, not one per state) and whether every component is at its start
         self.accepting: list[tuple[int, ...]] = [()]
@@ -130,7 +134,7 @@ class LexerSpace:
         """Next lexer state for each byte (DEAD where no terminal survives); a copy."""
         at = self._row_at[lex]
         if at >= 0:
-            return self._row_data[at : at + 256]
+            return self._row_of(at)
         comps = self.comps[lex]
         if len(comps) == 1:  # one terminal (a string's interior): its DFA's row, renamed
             d, s = comps[0]
@@ -164,9 +168,17 @@ class LexerSpace:
     def _keep_row(self, lex: int, row: array) -> array:
         with self.lock:
             if self._row_at[lex] < 0:  # another thread may have built it meanwhile
-                self._row_at[lex] = len(self._row_data)
-                self._row_data.extend(row)
+                last = self._row_data[-1]
+                if len(last) >= ROW_CHUNK:
+                    last = array("i")
+                    self._row_data.append(last)
+                self._row_at[lex] = (len(self._row_data) - 1) * ROW_CHUNK + len(last)
+                last.extend(row)
         return row
+
+    def _row_of(self, at: int) -> array:
+        chunk, off = self._row_data[at >> ROW_SHIFT], at & (ROW_CHUNK - 1)
+        return chunk[off : off + 256]
 
     def _single_row(self, lex: int, d: int, trans: np.ndarray) -> array:
         """``row`` of a one-terminal state of a plain DFA: its DFA row through the DFA's map from states
@@ -225,7 +237,7 @@ class LexerSpace:
     def step(self, lex: int, byte: int) -> int:
         at = self._row_at[lex]
         if at >= 0:
-            return self._row_data[at + byte]
+            return self._row_data[at >> ROW_SHIFT][(at & (ROW_CHUNK - 1)) + byte]
         key = lex << 8 | byte
         got = self._moves.get(key)
         if got is None:
@@ -241,7 +253,7 @@ class LexerSpace:
         state it started from)."""
         at = self._row_at[lex]
         if at >= 0:
-            return np.frombuffer(self._row_data[at : at + 256], dtype=np.int32) != DEAD
+            return np.frombuffer(self._row_of(at), dtype=np.int32) != DEAD
         live = np.zeros(256, dtype=bool)
         for d, s in self.comps[lex]:
             live |= np.asarray(self.dfas[d].trans[s]) >= 0
