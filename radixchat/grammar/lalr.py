@@ -10,7 +10,7 @@ Lark is built with ``strict=True``: shift/reduce conflicts are errors, not silen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lark.common import ParserConf
 from lark.exceptions import LarkError
@@ -65,10 +65,26 @@ class Tables:
     #: Conflicts kept for the general (GLR) parser: ``forks[(q, T)]`` lists every action; ``actions[q][T]``
     #: holds the first. Empty for LALR(1) grammars (the fast, deterministic path).
     forks: dict[tuple[int, str], tuple[tuple[bool, int], ...]]
+    #: ``shiftable``'s view of ``actions``: a bit per terminal (and ``$END``), and per state, built when
+    #: first asked, ``[(is_shift, state or rule, bits of the terminals taking that action)]``.
+    bits: dict[str, int] = field(default_factory=dict)
+    by_action: dict[int, list[tuple[bool, int, int]]] = field(default_factory=dict)
 
     @property
     def n_states(self) -> int:
         return len(self.actions)
+
+    def __post_init__(self) -> None:
+        self.bits.update((name, 1 << i) for i, name in enumerate(["$END", *self.terminals]))
+
+    def actions_by_bits(self, q: int) -> list[tuple[bool, int, int]]:
+        got = self.by_action.get(q)
+        if got is None:
+            acts: dict[tuple[bool, int], int] = {}
+            for term, act in self.actions[q].items():
+                acts[act] = acts.get(act, 0) | self.bits[term]
+            got = self.by_action[q] = [(a[0], a[1], m) for a, m in acts.items()]
+        return got
 
 
 def _short(e: Exception) -> str:
@@ -390,29 +406,25 @@ def shiftable(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str],
     same reduction share it (a state with a hundred lookaheads reduces once, not a hundred times)."""
     if tables.forks:
         return _shiftable_forked(tables, stack, terms)
-    actions, gotos, rules = tables.actions, tables.gotos, tables.rules
+    gotos, rules, by_bits, bit = tables.gotos, tables.rules, tables.actions_by_bits, tables.bits
     lowest = len(stack) - 1
-    out: list[str] = []
-    # Stacks while reducing: ``stack[:cut] + tail`` (see ``push``), one per group of terminals.
-    todo: list[tuple[int, tuple[int, ...], list]] = [(len(stack), (), list(terms))]
+    want = 0
+    for term in terms:
+        want |= bit[term]
+    shifted = 0
+    # Stacks while reducing: ``stack[:cut] + tail`` (see ``push``), one per group of terminals (a set
+    # of bits): a state's few distinct actions split it, however many terminals it holds.
+    todo: list[tuple[int, tuple[int, ...], int]] = [(len(stack), (), want)]
     while todo:
         cut, tail, ts = todo.pop()
-        acts = actions[tail[-1] if tail else stack[cut - 1]]
-        groups: dict[int, list[str]] = {}
-        for term in ts:
-            act = acts.get(term)
-            if act is None:
+        for is_shift, arg, bits in by_bits(tail[-1] if tail else stack[cut - 1]):
+            group = ts & bits
+            if not group:
                 continue
-            if act[0]:
-                out.append(term)
+            if is_shift:
+                shifted |= group
                 continue
-            g = groups.get(act[1])
-            if g is None:
-                groups[act[1]] = [term]
-            else:
-                g.append(term)
-        for rule, group in groups.items():
-            origin, n = rules[rule]
+            origin, n = rules[arg]
             c, t = cut, tail
             if n:
                 k = len(t)
@@ -424,7 +436,7 @@ def shiftable(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str],
                 if c + len(t) - 1 < lowest:
                     lowest = c + len(t) - 1
             todo.append((c, t + (gotos[t[-1] if t else stack[c - 1]][origin],), group))
-    return out, max(lowest, 0)
+    return [term for term in terms if bit[term] & shifted], max(lowest, 0)
 
 
 def _shiftable_forked(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str], int]:
