@@ -69,6 +69,7 @@ class Tables:
     #: first asked, ``[(is_shift, state or rule, bits of the terminals taking that action)]``.
     bits: dict[str, int] = field(default_factory=dict)
     by_action: dict[int, list[tuple[bool, int, int]]] = field(default_factory=dict)
+    reductions: dict[tuple[int, int], tuple[int, list]] = field(default_factory=dict)  # see _reduce_above
 
     @property
     def n_states(self) -> int:
@@ -406,18 +407,44 @@ def shiftable(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str],
     same reduction share it (a state with a hundred lookaheads reduces once, not a hundred times)."""
     if tables.forks:
         return _shiftable_forked(tables, stack, terms)
-    gotos, rules, by_bits, bit = tables.gotos, tables.rules, tables.actions_by_bits, tables.bits
+    gotos, bit = tables.gotos, tables.bits
     lowest = len(stack) - 1
     want = 0
     for term in terms:
         want |= bit[term]
     shifted = 0
-    # Stacks while reducing: ``stack[:cut] + tail`` (see ``push``), one per group of terminals (a set
-    # of bits): a state's few distinct actions split it, however many terminals it holds.
-    todo: list[tuple[int, tuple[int, ...], int]] = [(len(stack), (), want)]
+    # The stack while reducing is ``stack[:c] + (top,)``; what ``top`` does with a set of terminals
+    # before it must pop itself is the same on any stack (``_reduce_above``, kept per state and set).
+    todo = [(len(stack) - 1, stack[-1], want)]
     while todo:
-        cut, tail, ts = todo.pop()
-        for is_shift, arg, bits in by_bits(tail[-1] if tail else stack[cut - 1]):
+        c, top, ts = todo.pop()
+        got, escapes = _reduce_above(tables, top, ts)
+        shifted |= got
+        for pops, origin, group in escapes:  # pops ``top`` and ``pops - 1`` entries below it
+            c2 = c - pops + 1
+            if c2 - 1 < lowest:
+                lowest = c2 - 1
+            todo.append((c2, gotos[stack[c2 - 1]][origin], group))
+    return [term for term in terms if bit[term] & shifted], max(lowest, 0)
+
+
+def _reduce_above(tables: Tables, q: int, ts: int) -> tuple[int, list[tuple[int, str, int]]]:
+    """From a stack whose top is ``q``, with the terminals of bit set ``ts``: the terminals shifted
+    after reductions that stay above ``q``, and ``[(entries popped, counting q; the rule's origin;
+    terminals)]`` for the reductions that pop ``q`` itself. Independent of the stack below ``q``, so
+    kept per ``(q, ts)``: the long chains of an object of many optional properties run once per state,
+    not once per stack."""
+    key = (q, ts)
+    got = tables.reductions.get(key)
+    if got is not None:
+        return got
+    gotos, rules, by_bits = tables.gotos, tables.rules, tables.actions_by_bits
+    shifted = 0
+    escapes: list[tuple[int, str, int]] = []
+    todo: list[tuple[tuple[int, ...], int]] = [((q,), ts)]  # the stack above (and with) q, and terminals
+    while todo:
+        loc, ts = todo.pop()
+        for is_shift, arg, bits in by_bits(loc[-1]):
             group = ts & bits
             if not group:
                 continue
@@ -425,18 +452,13 @@ def shiftable(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str],
                 shifted |= group
                 continue
             origin, n = rules[arg]
-            c, t = cut, tail
-            if n:
-                k = len(t)
-                if n <= k:
-                    t = t[: k - n]
-                else:
-                    c -= n - k
-                    t = ()
-                if c + len(t) - 1 < lowest:
-                    lowest = c + len(t) - 1
-            todo.append((c, t + (gotos[t[-1] if t else stack[c - 1]][origin],), group))
-    return [term for term in terms if bit[term] & shifted], max(lowest, 0)
+            if n < len(loc):
+                rest = loc[: len(loc) - n]
+                todo.append((rest + (gotos[rest[-1]][origin],), group))
+            else:
+                escapes.append((n - len(loc) + 1, origin, group))
+    got = tables.reductions[key] = (shifted, escapes)
+    return got
 
 
 def _shiftable_forked(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str], int]:
