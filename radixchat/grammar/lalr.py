@@ -70,6 +70,7 @@ class Tables:
     bits: dict[str, int] = field(default_factory=dict)
     by_action: dict[int, list[tuple[bool, int, int]]] = field(default_factory=dict)
     reductions: dict[tuple[int, int], tuple[int, list]] = field(default_factory=dict)  # see _reduce_above
+    pushes: dict[tuple[int, str], tuple | None] = field(default_factory=dict)  # see _push_above
 
     @property
     def n_states(self) -> int:
@@ -337,31 +338,52 @@ def _min_lengths(rules, terminals: dict[str, Terminal]) -> dict[str, int]:
 def push(tables: Tables, stack: tuple[int, ...], term: str) -> tuple[tuple[int, ...] | None, int]:
     """Feed one terminal: reductions, then the shift. Returns (new stack or None on error, lowest).
 
-    The stack is ``stack[:cut] + tail`` while reducing: a reduction pops and pushes in O(1), the tuple
-    is built once at the shift (stacks are deep; a chain of a hundred unit reductions is common)."""
-    actions, gotos, rules = tables.actions, tables.gotos, tables.rules
-    lowest = len(stack) - 1
-    cut = len(stack)
-    tail: list[int] = []
-    top = stack[-1]
+    What the terminal does above each top the stack reaches is kept (``_push_above``), so a chain of a
+    hundred reductions is a few lookups; the stack tuple is built once, at the shift."""
+    gotos = tables.gotos
+    lowest = c = len(stack) - 1
+    top = stack[-1]  # the stack is ``stack[:c] + (top,)`` (see ``shiftable``)
     while True:
-        act = actions[top].get(term)
-        if act is None:
+        got = _push_above(tables, top, term)
+        if got is None:
             return None, lowest
+        pops, what, above = got
+        if not pops:  # shifted: ``above`` is what the reductions left on top, then the shifted state
+            return stack[:c] + (top,) + above, lowest
+        c -= pops - 1
+        if c - 1 < lowest:
+            lowest = c - 1
+        top = gotos[stack[c - 1]][what]
+
+
+def _push_above(tables: Tables, q: int, term: str) -> tuple[int, object, tuple[int, ...]] | None:
+    """``push`` of one terminal from a stack whose top is ``q``, as far as it stays above ``q``: None
+    (an error), ``(0, None, states pushed above q)`` (shifted), or ``(entries popped, counting q; the
+    rule's origin; ())`` for the reduction that pops ``q``. Kept per ``(q, term)``, like
+    ``_reduce_above``."""
+    key = (q, term)
+    got = tables.pushes.get(key, False)
+    if got is not False:
+        return got
+    actions, gotos, rules = tables.actions, tables.gotos, tables.rules
+    loc: list[int] = [q]
+    while True:
+        act = actions[loc[-1]].get(term)
+        if act is None:
+            got = None
+            break
         if act[0]:
-            return stack[:cut] + tuple(tail) + (act[1],), lowest
+            got = (0, None, (*loc[1:], act[1]))
+            break
         origin, n = rules[act[1]]
+        if n >= len(loc):
+            got = (n - len(loc) + 1, origin, ())
+            break
         if n:
-            k = len(tail)
-            if n <= k:
-                del tail[k - n :]
-            else:
-                cut -= n - k
-                tail.clear()
-            if cut + len(tail) - 1 < lowest:
-                lowest = cut + len(tail) - 1
-        top = gotos[tail[-1] if tail else stack[cut - 1]][origin]
-        tail.append(top)
+            del loc[len(loc) - n :]
+        loc.append(gotos[loc[-1]][origin])
+    tables.pushes[key] = got
+    return got
 
 
 MAX_FORKS = 64  # parses followed at once (a guard against explosive ambiguity: each costs a mask)
