@@ -6,8 +6,9 @@ a canonical tuple ``((dfa_id, state), ...)``. Lexer states are interned process-
 in every JSON grammar, and what depends only on it is computed once per tokenizer (``LexRun``).
 
 Stepping a lexer state by a byte steps each component DFA and keeps the live ones (a lazily built
-product automaton). Rows of the product are kept in one flat int array (scalar stepping in ``advance``) and
-in one numpy table (vectorised runs of the whole vocabulary in ``run``).
+product automaton). Rows of the product are kept in fixed-size int arrays (scalar stepping in ``advance``;
+a state stepped on a byte or two needs no row: its components' moves are memoised) and in one numpy
+table (vectorised runs of the whole vocabulary in ``run``).
 
 What is kept per lexer state lives in a few flat arrays, not in an object per state: every container
 object is one more thing each full collection of Python's garbage collector visits (an ``array`` is
