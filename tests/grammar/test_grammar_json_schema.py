@@ -353,6 +353,34 @@ def test_other_tools_extension_keywords_are_annotations(smol_info):
     assert _accepts(g, b'{"child":{"child":{}}}') and not _accepts(g, b'{"child":1}')
 
 
+def test_merged_properties_come_in_the_order_data_takes(smol_info):
+    """Properties are generated in one order, so the merge fixes it: a schema's own properties before
+    those of its ``allOf`` branches (as llguidance orders them), and a branch of a union inside the
+    ``allOf`` in the union's place. MaskBench's valid instances follow that order and were rejected."""
+    base = {"properties": {"level": {"type": "string"}, "name": {"type": "string"}}}
+    own = {"type": "object", "properties": {"spacing": {"type": "integer"}}, "allOf": [base]}
+    g = compile_json_schema(own, smol_info, cache=False)
+    assert _accepts(g, b'{"spacing":1,"level":"warn","name":"x"}')
+    assert not _accepts(g, b'{"level":"warn","spacing":1}')
+    union = {
+        "allOf": [
+            {
+                "oneOf": [
+                    {
+                        "properties": {"state": {"const": "on"}, "n": {"type": "integer"}},
+                        "required": ["state"],
+                    },
+                    {"properties": {"state": {"const": "off"}}, "required": ["state"]},
+                ]
+            },
+            {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+        ]
+    }
+    g = compile_json_schema(union, smol_info, cache=False)
+    assert _accepts(g, b'{"state":"on","n":2,"id":1}') and _accepts(g, b'{"state":"off","id":1}')
+    assert not _accepts(g, b'{"id":1,"state":"off"}')
+
+
 def test_unresolvable_ref_names_it(smol_info):
     with pytest.raises(GrammarError, match="does not resolve"):
         compile_json_schema({"properties": {"a": {"$ref": "#/$defs/missing"}}}, smol_info, cache=False)

@@ -53,11 +53,13 @@ def merge_all_of(schemas: list, path: str, comp) -> dict | bool:
         if s is True:
             return
         if isinstance(s, dict) and "allOf" in s:
+            # The schema's own keywords first, then its branches': the merged properties come in that
+            # order (as llguidance orders them), the order data written to such schemas mostly takes.
             rest = {k: v for k, v in s.items() if k != "allOf"}
-            for i, sub in enumerate(s["allOf"]):
-                collect(sub, f"{p}/allOf/{i}", depth + 1)
             if rest:
                 collect(rest, p, depth + 1)
+            for i, sub in enumerate(s["allOf"]):
+                collect(sub, f"{p}/allOf/{i}", depth + 1)
             return
         flat.append(s)
 
@@ -65,21 +67,26 @@ def merge_all_of(schemas: list, path: str, comp) -> dict | bool:
         collect(s, path)
     if any(s is False for s in flat):
         return False
-    # Distribute unions: allOf[A, anyOf[B, C]] == anyOf[allOf[A, B], allOf[A, C]].
-    unions = [(i, s) for i, s in enumerate(flat) if isinstance(s, dict) and ("anyOf" in s or "oneOf" in s)]
+    # Distribute unions: allOf[A, anyOf[B, C]] == anyOf[allOf[A, B], allOf[A, C]], each branch in the
+    # union's place (which orders the merged properties).
+    unions = [i for i, s in enumerate(flat) if isinstance(s, dict) and ("anyOf" in s or "oneOf" in s)]
     if unions:
         choices = []
-        bases = list(flat)
-        for i, s in unions:
+        for i in unions:
+            s = flat[i]
             kw = "anyOf" if "anyOf" in s else "oneOf"
             rest = {k: v for k, v in s.items() if k != kw}
             choices.append([{**rest, "allOf": [b]} if rest else b for b in s[kw]])
-            bases[i] = True
         combos = list(itertools.islice(itertools.product(*choices), 65))
         if len(combos) > 64:
             raise GrammarError(f"allOf at #{path}: too many combinations of anyOf/oneOf branches")
-        base = [b for b in bases if b is not True]
-        return {"anyOf": [{"allOf": base + list(c)} for c in combos]}
+        out = []
+        for c in combos:
+            parts = list(flat)
+            for i, b in zip(unions, c):
+                parts[i] = b
+            out.append({"allOf": parts})
+        return {"anyOf": out}
     out: dict = {}
     for s in flat:
         if not isinstance(s, dict):
