@@ -73,11 +73,11 @@ class LexerSpace:
         self._slot = np.full(1024, -1, dtype=np.int32)  # lexer state -> its row in _table (-1: none yet)
         self._slot[DEAD] = 0
         self._acc_np = np.zeros(1024, dtype=bool)
-        # ``live_bytes``: state -> its live bytes (an untracked dict of bytes), and where their next
-        # states start in _live_next (_live_at; -1: not computed yet).
+        # ``live_bytes``: state -> the bytes that continue its lexeme (an untracked dict of bytes), read
+        # from its components' live bytes (``_comp_live``: dfa << 32 | state -> a 256-bit int) where its
+        # row is not built; where each byte leads is asked of ``step`` only for the bytes a walk takes.
         self._live_bytes: dict[int, bytes] = {}
-        self._live_at = array("q")
-        self._live_next = array("i")
+        self._comp_live: dict[int, int] = {}
         self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
         self._moves: dict[int, int] = {}  # ``step`` of states without a row: lex << 8 | byte -> next
 
@@ -218,22 +218,36 @@ class LexerSpace:
             got = m[t + 1] = self.intern(((d, t),))
         return got
 
-    def narrow_moves(self, lex: int) -> tuple[bytes, array] | None:
-        """The live bytes of a one-terminal state of a plain DFA and their next lexer states, read from
-        the DFA's row without building the state's 256-entry row (a walk down the vocabulary built one
-        per key letter it passed, ~25 us each, most of the rows masks built); None for other states
-        and for states with more than WIDE live bytes."""
-        got = self._plain_single(lex)
-        if got is None:
-            return None
-        d, s, dfa = got
-        trans = dfa.trans[s]
-        live = np.flatnonzero(trans >= 0)
-        if live.size > WIDE:
-            return None
-        return live.astype(np.uint8).tobytes(), array(
-            "i", [self._single_state(d, t) for t in trans[live].tolist()]
-        )
+    def live_bytes(self, lex: int) -> bytes:
+        """The bytes that continue the lexeme of ``lex``, in order (cached). Where the state's row is not
+        built they are the union of its components' live bytes: a walk down the vocabulary passes a
+        product state per key prefix, and building its row (a column per byte, and a new state interned
+        per distinct column) cost ~150-300 us where a few tokens continue through one or two bytes."""
+        got = self._live_bytes.get(lex)
+        if got is not None:
+            return got
+        at = self._row_at[lex]
+        if at >= 0:
+            got = np.flatnonzero(np.frombuffer(self._row_of(at), dtype=np.int32)).astype(np.uint8).tobytes()
+        else:
+            flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
+            bits = 0
+            live = self._comp_live
+            for d, s in zip(flat[::2], flat[1::2]):
+                k = d << 32 | s
+                m = live.get(k)
+                if m is None:
+                    packed = np.packbits(np.asarray(self.dfas[d].trans[s]) >= 0, bitorder="little")
+                    m = live[k] = int.from_bytes(packed.tobytes(), "little")
+                bits |= m
+            out = bytearray()
+            while bits:
+                low = bits & -bits
+                out.append(low.bit_length() - 1)
+                bits ^= low
+            got = bytes(out)
+        self._live_bytes[lex] = got
+        return got
 
     def step(self, lex: int, byte: int) -> int:
         at = self._row_at[lex]
@@ -669,27 +683,6 @@ _BYTE = [bytes([b]) for b in range(256)]
 WIDE = 16  # a lexer state with more live bytes is run vectorised, not walked
 
 
-def live_bytes(lex: int) -> tuple[bytes, int]:
-    """The bytes that continue the lexeme of ``lex``, and where their next lexer states start in
-    ``SPACE._live_next`` (cached; flat, see the module docstring)."""
-    at = SPACE._live_at[lex] if lex < len(SPACE._live_at) else -1
-    if at < 0:
-        moves = SPACE.narrow_moves(lex) if SPACE._row_at[lex] < 0 else None
-        if moves is None:
-            row = np.frombuffer(SPACE.row(lex), dtype=np.int32)
-            bs = np.flatnonzero(row)  # DEAD is 0
-            moves = (bs.astype(np.uint8).tobytes(), array("i", row[bs].astype(np.int32).tobytes()))
-        with SPACE.lock:
-            SPACE._live_at.extend([-1] * (len(SPACE.is_start) - len(SPACE._live_at)))
-            at = SPACE._live_at[lex]
-            if at < 0:
-                at = len(SPACE._live_next)
-                SPACE._live_next.extend(moves[1])
-                SPACE._live_bytes[lex] = moves[0]
-                SPACE._live_at[lex] = at
-    return SPACE._live_bytes[lex], at
-
-
 def walk_run(
     lex: int, toks: list[bytes], ids: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray
 ) -> LexRun:
@@ -698,7 +691,7 @@ def walk_run(
     reaches a wide lexer state is run vectorised from there. Cost: the prefixes visited, not the
     vocabulary."""
     accepting = SPACE.accepting
-    nexts = SPACE._live_next
+    live_bytes, step = SPACE.live_bytes, SPACE.step
     in_pos: list[int] = []
     in_fin: list[int] = []
     cross: dict[int, list[tuple[int, int, int]]] = {}
@@ -713,20 +706,19 @@ def walk_run(
             lo += 1
             if lo >= hi:
                 continue
-        live_b, at = live_bytes(s)
+        live_b = live_bytes(s)
         if d and len(live_b) > WIDE:
             wide.append((s, lo, hi, d))
             continue
         covered = lo
-        for k, b in enumerate(live_b, at):
-            t = nexts[k]
+        for b in live_b:
             pb = p + _BYTE[b]
             a = bisect_left(toks, pb, covered, hi)
             z = bisect_left(toks, p + _BYTE[b + 1], a, hi) if b < 255 else hi
-            if a < z:
+            if a < z:  # tokens go on through b: only now is its next state asked for
                 if d and accepting[s] and a > covered:
                     cross.setdefault(s, []).append((covered, a, d))
-                todo.append((t, pb, a, z))
+                todo.append((step(s, b), pb, a, z))
                 covered = z
         if d and accepting[s] and covered < hi:
             cross.setdefault(s, []).append((covered, hi, d))

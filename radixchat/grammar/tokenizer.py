@@ -180,8 +180,7 @@ class TokenizerInfo:
             return LexRun(ids, finals if finals is not None else partial(self._finals, lex), cont, cross, key)
         run = self._counted(lex)
         if run is None:
-            live = np.flatnonzero(SPACE.cont(lex))
-            if live.size <= WIDE:
+            if len(SPACE.live_bytes(lex)) <= WIDE:
                 run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
             else:
                 trie = self.trie
