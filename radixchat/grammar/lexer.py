@@ -611,8 +611,17 @@ def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarr
                 break
             at = np.searchsorted(idx, trie.parent[d][nxt])  # each node's parent among the last level's
         ps, pd, pp = ps[at], pd[at], pp[at]
-        cur = SPACE.next_states(ps, trie.byte[d] if nxt is None else trie.byte[d][nxt]) if ps.any() else ps
-        died = (cur == DEAD) & (ps != DEAD)
+        data = trie.byte[d] if nxt is None else trie.byte[d][nxt]
+        live = ps != DEAD
+        n_live = int(np.count_nonzero(live))
+        if 4 * n_live >= ps.size:
+            cur = SPACE.next_states(ps, data)
+        else:  # most of the level's parents died already (a key, a number): step only the others
+            cur = np.zeros_like(ps)  # DEAD
+            if n_live:
+                sel = np.flatnonzero(live)
+                cur[sel] = SPACE.next_states(ps[sel], data[sel])
+        died = (cur == DEAD) & live
         if died.any():
             pd = np.where(died, d, pd).astype(np.int32)
             pp = np.where(died, ps, pp).astype(np.int32)
