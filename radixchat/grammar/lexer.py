@@ -201,15 +201,6 @@ class LexerSpace:
             self._single[d] = m
         return m
 
-    def _plain_single(self, lex: int) -> tuple[int, int, ByteDFA] | None:
-        """``(dfa id, state, dfa)`` of a one-terminal state of a plain DFA; None for other states."""
-        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
-        if len(flat) != 2:
-            return None
-        d, s = flat
-        dfa = self.dfas[d]
-        return (d, s, dfa) if isinstance(dfa, ByteDFA) else None
-
     def _single_state(self, d: int, t: int) -> int:
         """The lexer state of state ``t`` of plain DFA ``d`` alone (interned on first use)."""
         m = self._single_map(d)

@@ -281,6 +281,7 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
     caches = {
         "SPACE._ids": SPACE._ids,
         "SPACE._live_bytes": SPACE._live_bytes,
+        "SPACE._comp_live": SPACE._comp_live,
         "SPACE._acc_shared": SPACE._acc_shared,
         "info._runs": smol_info._runs,
         "info._groups": smol_info._groups,
