@@ -254,15 +254,11 @@ class LexerSpace:
         return got
 
     def cont(self, lex: int) -> np.ndarray:
-        """bool[256]: the bytes that continue the lexeme of ``lex`` (some component lives on), read from
-        the component DFAs where the state's row is not built (a run's ``cont`` built one per lexer
-        state it started from)."""
-        at = self._row_at[lex]
-        if at >= 0:
-            return np.frombuffer(self._row_of(at), dtype=np.int32) != DEAD
+        """bool[256]: the bytes that continue the lexeme of ``lex`` (some component lives on): its
+        ``live_bytes`` as a mask, so no row is built for it (a run's ``cont`` built one per lexer state
+        it started from)."""
         live = np.zeros(256, dtype=bool)
-        for d, s in self.comps[lex]:
-            live |= np.asarray(self.dfas[d].trans[s]) >= 0
+        live[np.frombuffer(self.live_bytes(lex), dtype=np.uint8)] = True
         return live
 
     def _move(self, lex: int, byte: int) -> int:
