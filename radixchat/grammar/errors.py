@@ -9,3 +9,7 @@ class GrammarError(ValueError):
     The message is one line that names what went wrong and where: a JSON pointer for schemas
     (``/properties/age/minimum``), ``file:line`` for Lark grammars, or the token id for a matcher.
     """
+
+
+class TooManyStates(GrammarError):
+    """A grammar's parser would need more states than its limit (``max_states``)."""

@@ -18,7 +18,7 @@ from lark.lexer import PatternStr
 from lark.load_grammar import load_grammar
 from lark.parsers.lalr_analysis import LALR_Analyzer, Reduce, Shift
 
-from .errors import GrammarError
+from .errors import GrammarError, TooManyStates
 from .lexer import SPACE
 from .limits import check
 from .lr import lalr
@@ -224,7 +224,7 @@ def _lark_tables(rules, start: str, max_states: int, source: str, glr: bool):
         analyzer = LALR_Analyzer(conf, debug=True, strict=True)
         analyzer.compute_lr0_states()
         if len(analyzer.lr0_itemsets) > max_states:
-            raise GrammarError(
+            raise TooManyStates(
                 f"{source}: {len(analyzer.lr0_itemsets)} LALR states (limit {max_states}); "
                 "avoid `x?`/[x] on many items in one rule, use helper rules"
             )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import GrammarError
+from .errors import GrammarError, TooManyStates
 from .limits import check
 
 END = "$END"
@@ -207,7 +207,7 @@ def lalr(rules: list, start: str, max_states: int, source: str) -> Automaton:
         completed.append(done)
         q += 1
         if len(kernels) > max_states:
-            raise GrammarError(
+            raise TooManyStates(
                 f"{source}: {len(kernels)}+ LALR states (limit {max_states}); "
                 "avoid `x?`/[x] on many items in one rule, use helper rules"
             )

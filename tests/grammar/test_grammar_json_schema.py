@@ -3,6 +3,7 @@ rejection of invalid instances, and clear errors for what we do not support."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import warnings
@@ -504,6 +505,90 @@ def test_the_readings_of_an_absent_additional_properties(
     assert (first_rejection(g, smol_tokenizer.encode('{"m":{"k":1}}')) is None) == nested_ok
     with pytest.raises(GrammarError, match="additional_properties"):
         compile_json_schema(schema, smol_info, cache=False, additional_properties="maybe")
+
+
+def _members(keys, values, most):
+    """Every object text of up to ``most`` members over ``keys`` x ``values``, duplicate keys included."""
+    pairs = [(k, v) for k in keys for v in values]
+    for n in range(most + 1):
+        for seq in itertools.product(pairs, repeat=n):
+            text = "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in seq) + "}"
+            yield text, seq
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "integer"}},
+            "required": ["a"],
+            "additionalProperties": {"type": "boolean"},
+        },
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "integer"}},
+            "minProperties": 2,
+            "maxProperties": 3,
+            "additionalProperties": {"type": "boolean"},
+            "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}],
+        },
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "patternProperties": {"^z": {"type": "boolean"}},
+        },
+    ],
+    ids=["extras", "bounds-and-oneof", "pattern-properties"],
+)
+def test_any_order_accepts_exactly_the_valid_objects(smol_info, schema):
+    """``property_order="any"``: every member sequence of up to four members is accepted iff its keys are
+    distinct and the object validates (jsonschema is the oracle; order is free, a declared name at most
+    once). An extra key written twice is out of scope: no grammar here tracks the set of extra keys."""
+    g = compile_json_schema(
+        schema, smol_info, cache=False, additional_properties="true", property_order="any"
+    )
+    validator = _validator(schema)
+    accepted = 0
+    for text, seq in _members(["a", "b", "c", "z"], [1, "s", True], 4):
+        keys = [k for k, _ in seq]
+        if any(keys.count(k) > 1 for k in keys if k not in schema["properties"]):
+            continue
+        valid = len(set(keys)) == len(keys) and validator.is_valid(dict(seq))
+        assert _accepts(g, text.encode()) == valid, text
+        accepted += valid
+    assert accepted >= 10  # the oracle is not vacuous
+
+
+def test_any_order_keeps_the_schema_order_past_its_bound(smol_info):
+    """~2**n parser states per object: past ANY_ORDER_MAX declared names, a schema's ANY_ORDER_STATES, or
+    the parser's state limit, members come in the schema's order (a subset of the valid objects: sound)."""
+    from radixchat.grammar.schema.json_objects import ANY_ORDER_MAX, ANY_ORDER_STATES
+
+    def obj(n, low=0):
+        return {
+            "type": "object",
+            "properties": {f"p{i}": {"type": "integer", "minimum": low} for i in range(n)},
+        }
+
+    small, big = obj(ANY_ORDER_MAX), obj(ANY_ORDER_MAX + 1)
+    swapped = b'{"p1":1,"p0":0}'
+    assert _accepts(compile_json_schema(small, smol_info, cache=False, property_order="any"), swapped)
+    g = compile_json_schema(big, smol_info, cache=False, property_order="any")
+    assert not _accepts(g, swapped) and _accepts(g, b'{"p0":0,"p1":1}')
+    many = ANY_ORDER_STATES // ((ANY_ORDER_MAX + 3) << ANY_ORDER_MAX) + 1  # the last is past the budget
+    schema = {"type": "array", "prefixItems": [obj(ANY_ORDER_MAX, -k) for k in range(many)], "items": False}
+    g = compile_json_schema(schema, smol_info, cache=False, property_order="any")
+    items = ["{}"] * many
+    assert _accepts(g, ("[" + ",".join(items[:-1] + [swapped.decode()]) + "]").encode()) is False
+    assert _accepts(g, ("[" + ",".join([swapped.decode()] + items[1:]) + "]").encode())
+    # A schema its any-order rules would push past the parser's state limit compiles in the schema's order.
+    g = compile_json_schema(small, smol_info, cache=False, property_order="any", max_states=500)
+    assert not _accepts(g, swapped) and _accepts(g, b'{"p0":0,"p1":1}')
+    with pytest.raises(GrammarError, match="LALR states"):
+        compile_json_schema(small, smol_info, cache=False, max_states=20)
+    with pytest.raises(GrammarError, match="property_order"):
+        compile_json_schema(small, smol_info, cache=False, property_order="sorted")
 
 
 def test_oneof_of_required_sets_enforces_exactly_one(smol_info, smol_tokenizer):

@@ -6,6 +6,11 @@ emits property i (preceded by ``,`` when c > 0) or skips it when optional. The m
 only as far as ``minProperties``/``maxProperties`` need. Unbounded tails are left-recursive so the
 parser stack does not grow with the number of members.
 
+With ``property_order="any"``, an object of at most ``ANY_ORDER_MAX`` declared properties takes its
+members in any order instead: ``A(seen, c)`` is "after the declared names ``seen`` and c members"
+(exact: each name once, the required ones before ``}``). That is 2**n rules, so bigger objects, and
+objects past a schema's ``ANY_ORDER_STATES``, keep the schema's order.
+
 Arrays: ``A(k)`` is "after k items": ``]`` once k >= minItems, or ``, item_k``; past the prefix items
 and minItems an unbounded tail is one left-recursive rule.
 
@@ -28,6 +33,8 @@ REQUIRES = "x-radixchat-requires"  # [name, [names it requires]]: dependencies (
 
 MAX_UNROLL = 2000
 MAX_TRACKED = 10  # names tracked for oneOf narrowing (2**n rule variants at worst)
+ANY_ORDER_MAX = 8  # declared properties an object may write in any order (2**n rules; see _any_order_rules)
+ANY_ORDER_STATES = 8192  # parser states any order may add to a schema: ~2**n * (n + 3) per object
 
 
 def _esc(name: str) -> str:
@@ -137,7 +144,12 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
     empty_ok = minp == 0 and not any(req for _, _, req in entries) and (maxp is None or maxp >= 0)
     if empty_ok and not _refused(rules, 0):
         sh.empty_object = True
-    sym = _object_rules(comp, path, entries, extras, max(minp, 1), maxp, rules)
+    cost = (len(entries) + 3) << len(entries)  # parser states added (measured: 2800 for n = 8)
+    if comp.property_order == "any" and len(entries) <= ANY_ORDER_MAX and comp.any_order_left >= cost:
+        comp.any_order_left -= cost
+        sym = _any_order_rules(comp, path, entries, extras, max(minp, 1), maxp, rules)
+    else:
+        sym = _object_rules(comp, path, entries, extras, max(minp, 1), maxp, rules)
     if sym is not None:
         sh.objects.append(sym)
 
@@ -242,6 +254,59 @@ def _object_rules(
         return name
 
     body = S(0, 0)
+    if body is None:
+        return None
+    w.rule(base, [['"{"', body, '"}"']])
+    return base
+
+
+def _any_order_rules(
+    comp, path: str, entries, extras, minp: int, maxp: int | None, rules: list[tuple[int, int | None]]
+) -> str | None:
+    """Members in any order. ``A(seen, c)``: after the declared names ``seen`` (bits of ``entries``) and
+    c members, c counted only as far as the bounds need. It closes once the required names are in
+    ``seen`` (and the presence rules hold), or writes ``,`` (when c > 0) and then a declared name not yet
+    written, or an extra member. Extra members past the count that matters loop on the same state."""
+    w = comp.w
+    base = w.new_rule("o", f"#{path}")
+    cap = maxp if maxp is not None else minp
+    required = sum(1 << k for k, (_, _, req) in enumerate(entries) if req)
+    xpair = None
+    if extras:
+        xpair = f"{base}_x"
+        w.where[xpair] = f"#{path}"
+        w.rule(xpair, [[k, '":"', v] for k, v in extras])
+    pairs = [_pair(comp, key_name, vsym, path) for key_name, vsym, _ in entries]
+    if maxp is not None and (maxp + 1) << len(entries) > MAX_UNROLL:
+        raise GrammarError(f"maxProperties at #{path}/maxProperties is too large to unroll")
+    memo: dict[tuple[int, int], str | None] = {}
+
+    def A(seen: int, c: int) -> str | None:
+        key = (seen, c)
+        if key in memo:
+            return memo[key]
+        name = memo[key] = f"{base}_a{seen}_{c}"
+        alts: list[list[str]] = []
+        if c >= minp and seen & required == required and not _refused(rules, seen):
+            alts.append([])
+        more = maxp is None or c < maxp
+        nxt = min(c + 1, cap) if maxp is None else c + 1
+        comma = ['","'] if c > 0 else []
+        if more:
+            for k, pair in enumerate(pairs):
+                if not seen >> k & 1 and (rest := A(seen | 1 << k, nxt)) is not None:
+                    alts.append([*comma, pair, rest])
+            if xpair is not None and nxt != c and (rest := A(seen, nxt)) is not None:
+                alts.append([*comma, xpair, rest])
+        if not alts:  # an extra member could only lead back to this state, which never closes
+            memo[key] = None
+            return None
+        if more and xpair is not None and nxt == c:
+            alts.append([*comma, xpair, name])
+        w.rule(name, alts)
+        return name
+
+    body = A(0, 0)
     if body is None:
         return None
     w.rule(base, [['"{"', body, '"}"']])

@@ -23,11 +23,11 @@ from decimal import Decimal
 
 from .. import regex as rx
 from ..compiler import CompiledGrammar
-from ..errors import GrammarError
+from ..errors import GrammarError, TooManyStates
 from ..limits import COMPILE_SECONDS, check, deadline, gc_paused
 from . import json_terminals as jt
 from .allof import merge_all_of
-from .json_objects import NOT_ALL, REQUIRES, array_shape, literal_structure, object_shape
+from .json_objects import ANY_ORDER_STATES, NOT_ALL, REQUIRES, array_shape, literal_structure, object_shape
 from .json_shape import ALL_TYPES, Shape, const_values, is_annotation, schema_types, type_of
 from .lark_text import LarkWriter
 from .string_grammar import X_GRAMMAR, X_GRAMMAR_START, embed_string_grammar
@@ -114,20 +114,34 @@ MAX_STRING_BOUND = 512
 #: Readings of an absent ``additionalProperties`` (see ``SchemaCompiler.default_additional``).
 ADDITIONAL_PROPERTIES = ("auto", "false", "true")
 
+#: Orders an object's members may come in: the schema's (a generation default, as llguidance's and
+#: llama.cpp's) or any (JSON Schema's reading; exact up to ``json_objects.ANY_ORDER_MAX`` properties).
+PROPERTY_ORDERS = ("schema", "any")
+
 
 class SchemaCompiler:
     """Builds the Lark text for one root schema. ``lenient`` turns unsupported keywords into warnings;
-    ``additional_properties`` is the reading of an absent ``additionalProperties``."""
+    ``additional_properties`` is the reading of an absent ``additionalProperties``; ``property_order``
+    the order members may come in (``PROPERTY_ORDERS``)."""
 
-    def __init__(self, root, lenient: bool = False, additional_properties: str = "auto") -> None:
-        if additional_properties not in ADDITIONAL_PROPERTIES:
-            raise GrammarError(
-                f"additional_properties must be one of {', '.join(ADDITIONAL_PROPERTIES)}, "
-                f"not {additional_properties!r}"
-            )
+    def __init__(
+        self,
+        root,
+        lenient: bool = False,
+        additional_properties: str = "auto",
+        property_order: str = "schema",
+    ) -> None:
+        for arg, value, allowed in (
+            ("additional_properties", additional_properties, ADDITIONAL_PROPERTIES),
+            ("property_order", property_order, PROPERTY_ORDERS),
+        ):
+            if value not in allowed:
+                raise GrammarError(f"{arg} must be one of {', '.join(allowed)}, not {value!r}")
         self.root = root
         self.lenient = lenient
         self.additional_properties = additional_properties
+        self.property_order = property_order
+        self.any_order_left = ANY_ORDER_STATES  # see json_objects.object_shape
         #: What lenient mode left to the final validation: one line per keyword ("uniqueItems at #/x").
         self.not_enforced: list[str] = []
         self.w = LarkWriter()
@@ -712,12 +726,33 @@ def _normalise(schema):
     return schema
 
 
-def json_schema_to_lark(schema, *, lenient: bool = False, additional_properties: str = "auto") -> str:
+def json_schema_to_lark(
+    schema, *, lenient: bool = False, additional_properties: str = "auto", property_order: str = "schema"
+) -> str:
     """Lark grammar text for a JSON Schema (``None``: any JSON object; ``True``/``{}``: any value)."""
-    return SchemaCompiler(_normalise(schema), lenient, additional_properties).lark()
+    return SchemaCompiler(_normalise(schema), lenient, additional_properties, property_order).lark()
 
 
 _CACHE: OrderedDict = OrderedDict()
+
+
+def _build(comp: SchemaCompiler, info, max_states: int):
+    text = comp.lark()  # its errors name the keyword and pointer
+    try:
+        g = CompiledGrammar(
+            text,
+            info,
+            source="<json schema>",
+            max_states=max_states,
+            glr=True,
+            grammar=comp.w.compiled(comp.start_symbol),
+        )
+    except GrammarError as e:
+        where = comp.w.where_of(str(e))
+        if where is None:
+            raise
+        raise type(e)(f"schema near {where}: {e}") from None
+    return g, comp
 
 
 def compile_json_schema(
@@ -726,39 +761,41 @@ def compile_json_schema(
     *,
     lenient: bool = False,
     additional_properties: str = "auto",
+    property_order: str = "schema",
     cache: bool = True,
     max_states: int = 20_000,
     max_seconds: float | None = COMPILE_SECONDS,
 ):
     """Compile a JSON Schema (dict, bool, JSON text, or None for "any JSON object") for ``info``.
 
-    ``additional_properties`` reads an absent ``additionalProperties`` (``SchemaCompiler.default_additional``).
+    ``additional_properties`` reads an absent ``additionalProperties`` (``SchemaCompiler.default_additional``);
+    ``property_order`` is ``"schema"`` (members in the order ``properties`` declares them) or ``"any"``.
     Compiling is bounded (``limits``): past ``max_seconds`` it raises GrammarError.
     Compiled grammars are cached per (schema, tokenizer) -- 64 most recent -- so repeated requests with
     one schema share warm mask caches. Raises GrammarError naming the keyword and JSON pointer.
     """
     schema = _normalise(schema)
-    key = (json.dumps(schema, sort_keys=True, default=str), id(info), lenient, additional_properties)
+    key = (
+        json.dumps(schema, sort_keys=True, default=str),
+        id(info),
+        lenient,
+        additional_properties,
+        property_order,
+    )
     if cache and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    comp = SchemaCompiler(schema, lenient, additional_properties)
     with deadline(max_seconds, "schema"), gc_paused():
-        text = comp.lark()  # its errors name the keyword and pointer
         try:
-            g = CompiledGrammar(
-                text,
-                info,
-                source="<json schema>",
-                max_states=max_states,
-                glr=True,
-                grammar=comp.w.compiled(comp.start_symbol),
+            g, comp = _build(
+                SchemaCompiler(schema, lenient, additional_properties, property_order), info, max_states
             )
-        except GrammarError as e:
-            where = comp.w.where_of(str(e))
-            if where is None:
+        except TooManyStates:
+            if property_order == "schema":
                 raise
-            raise GrammarError(f"schema near {where}: {e}") from None
+            # Any order is best-effort: where its rules push a big schema past the parser's limit, the
+            # schema's order (a subset of the valid objects) still compiles.
+            g, comp = _build(SchemaCompiler(schema, lenient, additional_properties), info, max_states)
     g.not_enforced = tuple(dict.fromkeys(comp.not_enforced))
     if cache:
         _CACHE[key] = g
