@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from .lalr import (
     push_all,
     shiftable,
 )
-from .lexer import DEAD, SPACE
+from .lexer import DEAD, SPACE, LexRun, untracked
 from .limits import gc_paused
 from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
@@ -71,6 +72,9 @@ class Entry:
 class Context:
     lex0: int  # lexer state at the start of the next lexeme (DEAD if no terminal may follow)
     end_ok: bool  # the input may end here
+    #: DFAs ``lex0`` lexes that the parser does not take here (a key family's; see ``families``): a
+    #: token that only they keep alive is not allowed.
+    drop: frozenset[int] = frozenset()
 
 
 class CompiledGrammar:
@@ -90,6 +94,7 @@ class CompiledGrammar:
         max_states: int = 20_000,
         glr: bool = False,
         grammar: tuple | None = None,
+        families: Iterable[tuple[str, frozenset[str]]] = (),
     ) -> None:
         self.text = text
         self.source = source
@@ -123,7 +128,22 @@ class CompiledGrammar:
         self._unions: dict = {}
         self._ctx = DepthMemo()
         self._lookahead: dict[int, list[str]] = {}  # LALR state -> its non-ignored terminal lookaheads
-        self._lex0: dict[frozenset, int] = {}  # terminals that may start the next lexeme -> lexer state
+        self._lex0: dict[frozenset, tuple[int, frozenset[int]]] = {}  # terminals -> lexer state, drop
+        #: Key families (from ``schema.json_objects``): an open object's extra-key terminal W and the keys
+        #: of the names it excludes. Where W may come the parser takes only some of those names (the
+        #: ones not yet written), a different set at each position: lexing with all of them instead
+        #: gives one lexer state per object, whose runs over the vocabulary are computed once, not once
+        #: per position. It is exact for keys: a name's proper prefixes are W's too, and nothing goes
+        #: on after a key's closing quote, so a token is allowed iff it keeps a terminal the parser
+        #: takes alive (``Context.drop``, checked in ``entry`` and ``feed``) or ends one.
+        self._families = [
+            (w, frozenset(m for m in members if m in t.terminals))
+            for w, members in families
+            if w in t.terminals
+        ]
+        self._family_dfas = frozenset(t.terminals[m].dfa for _, members in self._families for m in members)
+        self._drop_bad: dict[tuple[int, frozenset[int]], np.ndarray] = {}
+        self._family_finals: dict[int, np.ndarray] = {}  # lex -> untracked(ids, their lexer states)
         self._entries = DepthMemo()
         self._groups = DepthMemo()
         self._cp_memo: dict = {}
@@ -163,14 +183,54 @@ class CompiledGrammar:
         if names and not after_ignore and stack[-1] not in self.verbatim:
             names.extend(self.ignore)
         key = frozenset(names)
-        lex0 = self._lex0.get(key)
-        if lex0 is None:
-            dfas = [t.terminals[n].dfa for n in names if self.dfa_term.get(t.terminals[n].dfa) == n]
-            lex0 = self._lex0[key] = SPACE.start_state(dfas) if dfas else DEAD
-        ctx = Context(lex0, end_ok)
+        got = self._lex0.get(key)
+        if got is None:
+            got = self._lex0[key] = self._start(key)
+        ctx = Context(got[0], end_ok, got[1])
         lowest = max(lowest, 0)
         self._ctx.put(after_ignore, stack, lowest, (ctx, len(stack) - lowest))
         return ctx, lowest
+
+    def _start(self, names: frozenset[str]) -> tuple[int, frozenset[int]]:
+        """The lexer state that starts a lexeme of one of ``names``, and the DFAs it also lexes (the rest
+        of a key family whose extra key is among ``names``: see ``_families``)."""
+        t = self.tables
+
+        def dfas(terms):
+            return {t.terminals[n].dfa for n in terms if self.dfa_term.get(t.terminals[n].dfa) == n}
+
+        own = dfas(names)
+        if not own:
+            return DEAD, frozenset()
+        more = set().union(*(members - names for w, members in self._families if w in names))
+        drop = frozenset(dfas(more) - own)
+        return SPACE.start_state(own | drop), drop
+
+    def _dropped(self, lex: int, run: LexRun, drop: frozenset[int]) -> np.ndarray:
+        """The tokens of ``run`` (from ``lex``) consumed inside a lexeme that only the DFAs ``drop`` keep
+        alive (cached per state and drop set)."""
+        got = self._drop_bad.get((lex, drop))
+        if got is None:
+            fam = self._family_finals.get(lex)
+            if fam is None:
+                # The tokens that keep a family name alive are the run of the names alone (a narrow
+                # state: a walk of a few prefixes, not a scan of every token's state).
+                names = tuple(c for c in SPACE.comps[lex] if c[0] in self._family_dfas)
+                ids = self.info.lexrun(SPACE.intern(names)).inside_ids if names else run.inside_ids[:0]
+                final = np.full(self.info.vocab_size, DEAD, dtype=np.int32)
+                final[run.inside_ids] = run.inside_final
+                fam = self._family_finals[lex] = untracked(ids, final[ids])
+            ids, fin = fam[0], fam[1]
+            comps = SPACE.comps
+            bad = [all(d in drop for d, _ in comps[q]) for q in fin.tolist()]
+            got = self._drop_bad[(lex, drop)] = ids[np.array(bad, dtype=bool)] if bad else ids[:0]
+        return got
+
+    def _keeps(self, stack: tuple[int, ...], lex: int) -> bool:
+        """Whether state ``(stack, lex)`` inside a lexeme still has a terminal the parser takes (False only
+        where a key family's extra names alone keep it alive)."""
+        drop = self.context(stack, False)[0].drop
+        return not drop or SPACE.is_start[lex] or not all(d in drop for d, _ in SPACE.comps[lex])
 
     def choose(self, lex: int) -> tuple[str, ...]:
         """The terminals an accepting lexer state stands for: Lark's first-ranked one, or (``glr``) every
@@ -250,6 +310,8 @@ class CompiledGrammar:
             elif not nxt:
                 return nxt
             cur = nxt
+        if self._families:
+            cur = [(st, lx) for st, lx in cur if self._keeps(st, lx)]
         return cur
 
     def token_bytes(self, tid: int) -> bytes | None:
@@ -271,6 +333,11 @@ class CompiledGrammar:
         mask = np.zeros(info.vocab_size, dtype=bool)
         mask[run.inside_ids] = True
         lowest = len(stack) - 1
+        if self._families:  # the entry depends on the terminals the parser takes here
+            ctx, low = self.context(stack, False)
+            lowest = min(lowest, low)
+            if ctx.drop:
+                mask[self._dropped(lex, run, ctx.drop)] = False
         if SPACE.accepting[lex]:
             # Tokens whose first byte cannot continue the lexeme: it ends first, then they start anew.
             nxt, low = self.after_lexeme(stack, lex)

@@ -14,7 +14,13 @@ import pytest
 from grammar_helpers import brute_mask, dumps_variants, first_rejection, tokenizations, walk
 from grammar_schema_cases import CASES
 
-from radixchat.grammar import GrammarError, GrammarWarning, compile_json_schema, json_schema_to_lark
+from radixchat.grammar import (
+    CompiledGrammar,
+    GrammarError,
+    GrammarWarning,
+    compile_json_schema,
+    json_schema_to_lark,
+)
 
 IDS = [c["name"] for c in CASES]
 
@@ -589,6 +595,52 @@ def test_any_order_keeps_the_schema_order_past_its_bound(smol_info):
         compile_json_schema(small, smol_info, cache=False, max_states=20)
     with pytest.raises(GrammarError, match="property_order"):
         compile_json_schema(small, smol_info, cache=False, property_order="sorted")
+
+
+@pytest.mark.parametrize("order", ["schema", "any"])
+def test_open_object_keys_lex_as_one_family_with_the_same_masks(smol_info, smol_tokenizer, order):
+    """Where an extra key may come, the masks lex every declared name of the object (one lexer state
+    per object, not one per position) and drop the tokens only names the parser does not take keep
+    alive: the masks equal those of the same grammar lexed per position."""
+    names = ["ab", "abc", "b", "bcd", "c", "ca"]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": ["c"]}
+    g = compile_json_schema(
+        schema, smol_info, cache=False, additional_properties="true", property_order=order
+    )
+    assert g._families
+    plain = CompiledGrammar(g.text, smol_info, glr=True)  # the same grammar without families
+    rng = random.Random(order)
+    docs = [
+        '{"ab":1,"b":2,"zz":3,"c":4}',
+        '{"abc":1,"c":2}',
+        '{"c":1,"abx":2,"ca":3}',
+        '{"b":2,"ab":1,"c":3}',
+    ]
+    docs.append('{"ab":1,"c":2,"ab":3}')  # a name twice: the second is one dropped in both orders
+    walks = [smol_tokenizer.encode(d, add_special_tokens=False) for d in docs] + [None] * 12
+    for ids in walks:
+        m, p = g.matcher(), plain.matcher()
+        for k in range(len(ids) if ids else 40):
+            mask = m.allowed().numpy()
+            assert np.array_equal(mask, p.allowed().numpy())
+            tid = ids[k] if ids else rng.choice(np.flatnonzero(mask).tolist())
+            if not mask[tid] or tid in smol_info.eos_ids:
+                assert not p.can_advance(tid) or tid in smol_info.eos_ids
+                break
+            m.advance(tid)
+            p.advance(tid)
+    for doc in docs:  # every prefix and whole text, byte by byte (feed)
+        for k in range(1, len(doc) + 1):
+            assert _live(g, doc[:k].encode()) == _live(plain, doc[:k].encode()), doc[:k]
+        assert _accepts(g, doc.encode()) == _accepts(plain, doc.encode())
+
+
+def _live(g, text: bytes) -> bool:
+    try:
+        g.matcher().advance_bytes(text)
+    except GrammarError:
+        return False
+    return True
 
 
 def test_oneof_of_required_sets_enforces_exactly_one(smol_info, smol_tokenizer):

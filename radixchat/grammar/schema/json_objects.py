@@ -117,11 +117,13 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
         if vsym is not None:
             extras.append((_key_terminal(comp, body, excluded, names_ast), vsym))
         excluded.append(body)
+    extra_key = None
     if addl is not False:
         vsym = comp.symbol(addl, f"{path}/additionalProperties")
         if vsym is not None:
             body = rx.parse(jt.KEY_STRING_RE)
-            extras.append((_key_terminal(comp, body, excluded, names_ast), vsym))
+            extra_key = _key_terminal(comp, body, excluded, names_ast)
+            extras.append((extra_key, vsym))
     # Presence rules over declared names, checked at "}": a set not all present (oneOf narrowing,
     # ``not: {required}``), and a name present only with the names it requires (``dependencies``).
     index = {name: k for k, (name, _, _) in enumerate(entries)}
@@ -150,8 +152,16 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
         sym = _any_order_rules(comp, path, entries, extras, max(minp, 1), maxp, rules)
     else:
         sym = _object_rules(comp, path, entries, extras, max(minp, 1), maxp, rules)
-    if sym is not None:
-        sh.objects.append(sym)
+    if sym is None:
+        return
+    sh.objects.append(sym)
+    if extra_key is not None:
+        # Every declared name's key is a string the extra key takes up to its closing quote: where the
+        # extra key may come, the masks lex with all of them (see compiler.CompiledGrammar ``families``).
+        keys = (comp.w.terms.get(rx.to_regex(jt.exact_string(name))) for name, _, _ in entries)
+        members = frozenset(k for k in keys if k is not None)
+        if members:
+            comp.w.families.append((extra_key, members))
 
 
 def _key_terminal(comp, body, excluded: list, names_ast) -> str:

@@ -746,6 +746,7 @@ def _build(comp: SchemaCompiler, info, max_states: int):
             max_states=max_states,
             glr=True,
             grammar=comp.w.compiled(comp.start_symbol),
+            families=comp.w.families,
         )
     except GrammarError as e:
         where = comp.w.where_of(str(e))

@@ -66,6 +66,9 @@ class LarkWriter:
         self.terms: dict[str, str] = {}
         self.where: dict[str, str] = {}
         self.priorities: dict[str, int] = {}  # terminal -> Lark priority (0 when absent)
+        #: Key families of open objects: (the extra-key terminal, the declared names' key terminals it
+        #: excludes); see ``compiler.CompiledGrammar`` (``families``).
+        self.families: list[tuple[str, frozenset[str]]] = []
         self._n = 0
         self._any = False
 
