@@ -188,6 +188,23 @@ def _refused(rules: list[tuple[int, int | None]], seen: int) -> bool:
     return any(seen & have == have and (need is None or seen & need != need) for have, need in rules)
 
 
+def _extra_pair(w, base: str, path: str, extras) -> str | None:
+    """The rule of one extra member (any of ``extras``: (key terminal, value symbol)), if any."""
+    if not extras:
+        return None
+    xpair = f"{base}_x"
+    w.where[xpair] = f"#{path}"
+    w.rule(xpair, [[k, '":"', v] for k, v in extras])
+    return xpair
+
+
+def _braced(w, base: str, body: str | None) -> str | None:
+    if body is None:
+        return None
+    w.rule(base, [['"{"', body, '"}"']])
+    return base
+
+
 def _object_rules(
     comp, path: str, entries, extras, minp: int, maxp: int | None, rules: list[tuple[int, int | None]]
 ) -> str | None:
@@ -196,11 +213,7 @@ def _object_rules(
     n = len(entries)
     cap = maxp if maxp is not None else max(minp, 1)
     memo: dict = {}
-    xpair = None
-    if extras:
-        xpair = f"{base}_x"
-        w.where[xpair] = f"#{path}"
-        w.rule(xpair, [[k, '":"', v] for k, v in extras])
+    xpair = _extra_pair(w, base, path, extras)
     if maxp is not None and (maxp + 1) * (n + 1) > MAX_UNROLL:
         raise GrammarError(f"maxProperties at #{path}/maxProperties is too large to unroll")
 
@@ -263,11 +276,7 @@ def _object_rules(
         w.rule(name, alts)
         return name
 
-    body = S(0, 0)
-    if body is None:
-        return None
-    w.rule(base, [['"{"', body, '"}"']])
-    return base
+    return _braced(w, base, S(0, 0))
 
 
 def _any_order_rules(
@@ -281,11 +290,7 @@ def _any_order_rules(
     base = w.new_rule("o", f"#{path}")
     cap = maxp if maxp is not None else minp
     required = sum(1 << k for k, (_, _, req) in enumerate(entries) if req)
-    xpair = None
-    if extras:
-        xpair = f"{base}_x"
-        w.where[xpair] = f"#{path}"
-        w.rule(xpair, [[k, '":"', v] for k, v in extras])
+    xpair = _extra_pair(w, base, path, extras)
     pairs = [_pair(comp, key_name, vsym, path) for key_name, vsym, _ in entries]
     if maxp is not None and (maxp + 1) << len(entries) > MAX_UNROLL:
         raise GrammarError(f"maxProperties at #{path}/maxProperties is too large to unroll")
@@ -316,11 +321,7 @@ def _any_order_rules(
         w.rule(name, alts)
         return name
 
-    body = A(0, 0)
-    if body is None:
-        return None
-    w.rule(base, [['"{"', body, '"}"']])
-    return base
+    return _braced(w, base, A(0, 0))
 
 
 def array_shape(comp, schema: dict, path: str, sh) -> None:
