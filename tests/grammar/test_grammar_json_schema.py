@@ -569,7 +569,7 @@ def test_any_order_accepts_exactly_the_valid_objects(smol_info, schema):
 def test_any_order_keeps_the_schema_order_past_its_bound(smol_info):
     """~2**n parser states per object: past ANY_ORDER_MAX declared names, a schema's ANY_ORDER_STATES, or
     the parser's state limit, members come in the schema's order (a subset of the valid objects: sound)."""
-    from radixchat.grammar.schema.json_objects import ANY_ORDER_MAX, ANY_ORDER_STATES
+    from radixchat.grammar.schema.json_objects import ANY_ORDER_MAX, ANY_ORDER_STATES, _any_order_cost
 
     def obj(n, low=0):
         return {
@@ -582,12 +582,19 @@ def test_any_order_keeps_the_schema_order_past_its_bound(smol_info):
     assert _accepts(compile_json_schema(small, smol_info, cache=False, property_order="any"), swapped)
     g = compile_json_schema(big, smol_info, cache=False, property_order="any")
     assert not _accepts(g, swapped) and _accepts(g, b'{"p0":0,"p1":1}')
-    many = ANY_ORDER_STATES // ((ANY_ORDER_MAX + 3) << ANY_ORDER_MAX) + 1  # the last is past the budget
+    many = ANY_ORDER_STATES // _any_order_cost(ANY_ORDER_MAX, 1, None, False) + 1  # the last: past the budget
     schema = {"type": "array", "prefixItems": [obj(ANY_ORDER_MAX, -k) for k in range(many)], "items": False}
     g = compile_json_schema(schema, smol_info, cache=False, property_order="any")
     items = ["{}"] * many
     assert _accepts(g, ("[" + ",".join(items[:-1] + [swapped.decode()]) + "]").encode()) is False
     assert _accepts(g, ("[" + ",".join([swapped.decode()] + items[1:]) + "]").encode())
+    # maxProperties: counted where its rules stay few (each name once: the count is the names'), else
+    # the schema's order; neither is refused (this bound raised "too large to unroll" under any order).
+    g = compile_json_schema({**small, "maxProperties": 100}, smol_info, cache=False, property_order="any")
+    assert _accepts(g, swapped)
+    wide = {**small, "maxProperties": 100, "additionalProperties": True}  # extra members: 100 counts each
+    g = compile_json_schema(wide, smol_info, cache=False, property_order="any")
+    assert not _accepts(g, swapped) and _accepts(g, b'{"p0":0,"p1":1,"zz":2}')
     # A schema its any-order rules would push past the parser's state limit compiles in the schema's order.
     g = compile_json_schema(small, smol_info, cache=False, property_order="any", max_states=500)
     assert not _accepts(g, swapped) and _accepts(g, b'{"p0":0,"p1":1}')

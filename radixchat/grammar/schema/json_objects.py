@@ -21,6 +21,7 @@ the union so two branches that both allow it do not conflict.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from .. import regex as rx
@@ -34,7 +35,7 @@ REQUIRES = "x-radixchat-requires"  # [name, [names it requires]]: dependencies (
 MAX_UNROLL = 2000
 MAX_TRACKED = 10  # names tracked for oneOf narrowing (2**n rule variants at worst)
 ANY_ORDER_MAX = 8  # declared properties an object may write in any order (2**n rules; see _any_order_rules)
-ANY_ORDER_STATES = 8192  # parser states any order may add to a schema: ~2**n * (n + 3) per object
+ANY_ORDER_STATES = 8192  # parser states any order may add to a schema (see _any_order_cost)
 
 
 def _esc(name: str) -> str:
@@ -146,8 +147,8 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
     empty_ok = minp == 0 and not any(req for _, _, req in entries) and (maxp is None or maxp >= 0)
     if empty_ok and not _refused(rules, 0):
         sh.empty_object = True
-    cost = (len(entries) + 3) << len(entries)  # parser states added (measured: 2800 for n = 8)
-    if comp.property_order == "any" and len(entries) <= ANY_ORDER_MAX and comp.any_order_left >= cost:
+    cost = _any_order_cost(len(entries), max(minp, 1), maxp, bool(extras))
+    if comp.property_order == "any" and cost is not None and comp.any_order_left >= cost:
         comp.any_order_left -= cost
         sym = _any_order_rules(comp, path, entries, extras, max(minp, 1), maxp, rules)
     else:
@@ -186,6 +187,21 @@ def _bits(index: dict[str, int], names) -> int:
 def _refused(rules: list[tuple[int, int | None]], seen: int) -> bool:
     """Whether an object whose tracked names ``seen`` are present breaks a presence rule."""
     return any(seen & have == have and (need is None or seen & need != need) for have, need in rules)
+
+
+def _any_order_cost(n: int, minp: int, maxp: int | None, extras: bool) -> int | None:
+    """Parser states any order adds for n declared names: ~(n + 3) per rule ``A(seen, c)`` (measured:
+    2,800 for n = 8), one rule per subset of names and member count the bounds track; None past
+    ``ANY_ORDER_MAX`` names or ``MAX_UNROLL`` rules."""
+    if n > ANY_ORDER_MAX:
+        return None
+    top = minp if maxp is None else maxp  # the count is tracked up to here (see _any_order_rules)
+    rules = sum(
+        math.comb(n, k) * (top - min(k, top) + 1 if extras else 1)
+        for k in range(n + 1)
+        if maxp is None or k <= maxp
+    )
+    return None if rules > MAX_UNROLL else (n + 3) * rules
 
 
 def _extra_pair(w, base: str, path: str, extras) -> str | None:
@@ -288,12 +304,9 @@ def _any_order_rules(
     written, or an extra member. Extra members past the count that matters loop on the same state."""
     w = comp.w
     base = w.new_rule("o", f"#{path}")
-    cap = maxp if maxp is not None else minp
     required = sum(1 << k for k, (_, _, req) in enumerate(entries) if req)
     xpair = _extra_pair(w, base, path, extras)
     pairs = [_pair(comp, key_name, vsym, path) for key_name, vsym, _ in entries]
-    if maxp is not None and (maxp + 1) << len(entries) > MAX_UNROLL:
-        raise GrammarError(f"maxProperties at #{path}/maxProperties is too large to unroll")
     memo: dict[tuple[int, int], str | None] = {}
 
     def A(seen: int, c: int) -> str | None:
@@ -305,7 +318,7 @@ def _any_order_rules(
         if c >= minp and seen & required == required and not _refused(rules, seen):
             alts.append([])
         more = maxp is None or c < maxp
-        nxt = min(c + 1, cap) if maxp is None else c + 1
+        nxt = min(c + 1, minp) if maxp is None else c + 1
         comma = ['","'] if c > 0 else []
         if more:
             for k, pair in enumerate(pairs):

@@ -736,7 +736,7 @@ def json_schema_to_lark(
 _CACHE: OrderedDict = OrderedDict()
 
 
-def _build(comp: SchemaCompiler, info, max_states: int):
+def _build(comp: SchemaCompiler, info, max_states: int) -> CompiledGrammar:
     text = comp.lark()  # its errors name the keyword and pointer
     try:
         g = CompiledGrammar(
@@ -753,7 +753,8 @@ def _build(comp: SchemaCompiler, info, max_states: int):
         if where is None:
             raise
         raise type(e)(f"schema near {where}: {e}") from None
-    return g, comp
+    g.not_enforced = tuple(dict.fromkeys(comp.not_enforced))
+    return g
 
 
 def compile_json_schema(
@@ -788,7 +789,7 @@ def compile_json_schema(
         return _CACHE[key]
     with deadline(max_seconds, "schema"), gc_paused():
         try:
-            g, comp = _build(
+            g = _build(
                 SchemaCompiler(schema, lenient, additional_properties, property_order), info, max_states
             )
         except TooManyStates:
@@ -796,8 +797,7 @@ def compile_json_schema(
                 raise
             # Any order is best-effort: where its rules push a big schema past the parser's limit, the
             # schema's order (a subset of the valid objects) still compiles.
-            g, comp = _build(SchemaCompiler(schema, lenient, additional_properties), info, max_states)
-    g.not_enforced = tuple(dict.fromkeys(comp.not_enforced))
+            g = _build(SchemaCompiler(schema, lenient, additional_properties), info, max_states)
     if cache:
         _CACHE[key] = g
         if len(_CACHE) > 64:
