@@ -11,7 +11,7 @@ Masks come from two caches:
 1. ``TokenizerInfo.lexrun(lex)``, per lexer state and shared by all grammars: which tokens stay inside
    the lexeme, which end it and where.
 2. ``CompiledGrammar.entry(stack, lex)``, per grammar, keyed by ``lex`` and only the top of the stack
-   that the computation read (``DepthMemo``). Entries hold interned mask tensors.
+   that the computation read (``DepthMemo``). Entries hold interned mask arrays (one per distinct mask).
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ class Context:
     drop: frozenset[int] = frozenset()
 
 
+RECENT_ENTRIES = 1024  # Entry objects a grammar keeps (see ``CompiledGrammar._recent``)
+
+
 class CompiledGrammar:
     """A Lark grammar compiled for one tokenizer. Create matchers with ``matcher()``.
 
@@ -127,8 +130,11 @@ class CompiledGrammar:
         self._choose: dict[int, tuple[str, ...]] = {}
         self._unions: dict = {}
         self._ctx = DepthMemo()
-        self._lookahead: dict[int, list[str]] = {}  # LALR state -> its non-ignored terminal lookaheads
-        self._lex0: dict[frozenset, tuple[int, frozenset[int]]] = {}  # terminals -> lexer state, drop
+        self._lookahead: dict[int, tuple[str, ...]] = {}  # LALR state -> its non-ignored lookaheads
+        # The parser contexts met, two per set of terminals taken (the input may end there or not); the
+        # context memo ``_ctx`` stores their index, so it holds only ints (see ``DepthMemo``).
+        self._lex0: dict[frozenset, int] = {}  # terminals -> their first context in _contexts
+        self._contexts: list[Context] = []
         #: Key families (from ``schema.json_objects``): an open object's extra-key terminal W and the keys
         #: of the names it excludes. Where W may come the parser takes only some of those names (the
         #: ones not yet written), a different set at each position: lexing with all of them instead
@@ -144,7 +150,10 @@ class CompiledGrammar:
         self._family_dfas = frozenset(t.terminals[m].dfa for _, members in self._families for m in members)
         self._drop_bad: dict[tuple[int, frozenset[int]], np.ndarray] = {}
         self._family_finals: dict[int, np.ndarray] = {}  # lex -> untracked(ids, their lexer states)
+        # Mask entries, stored as (mask, accepting, only_eos, depth) tuples, and the Entry objects (each
+        # with its tensor) of the last ones asked for: the collector tracks those, so they are bounded.
         self._entries = DepthMemo()
+        self._recent: dict[int, Entry] = {}
         self._groups = DepthMemo()
         self._cp_memo: dict = {}
         self._cost_memo: dict = {}
@@ -170,26 +179,28 @@ class CompiledGrammar:
     def context(self, stack: tuple[int, ...], after_ignore: bool) -> tuple[Context, int]:
         got = self._ctx.get(after_ignore, stack)
         if got is not None:
-            return got[0], len(stack) - got[1]
+            return self._contexts[got[0]], len(stack) - got[1]
         t = self.tables
         terms = self._lookahead.get(stack[-1])
         if terms is None:
-            terms = self._lookahead[stack[-1]] = [
+            terms = self._lookahead[stack[-1]] = tuple(
                 n for n in t.actions[stack[-1]] if n in t.terminals and n not in self.ignore
-            ]
+            )
         names, lowest = shiftable(t, stack, terms)
         end_ok, low = accepts_end(t, stack)
         lowest = min(lowest, low)
         if names and not after_ignore and stack[-1] not in self.verbatim:
             names.extend(self.ignore)
         key = frozenset(names)
-        got = self._lex0.get(key)
-        if got is None:
-            got = self._lex0[key] = self._start(key)
-        ctx = Context(got[0], end_ok, got[1])
+        at = self._lex0.get(key)
+        if at is None:  # a new set of terminals: its start state, and its two contexts
+            at = self._lex0[key] = len(self._contexts)
+            lex0, drop = self._start(key)
+            self._contexts += (Context(lex0, False, drop), Context(lex0, True, drop))
+        at += end_ok
         lowest = max(lowest, 0)
-        self._ctx.put(after_ignore, stack, lowest, (ctx, len(stack) - lowest))
-        return ctx, lowest
+        self._ctx.put(after_ignore, stack, lowest, (at, len(stack) - lowest))
+        return self._contexts[at], lowest
 
     def _start(self, names: frozenset[str]) -> tuple[int, frozenset[int]]:
         """The lexer state that starts a lexeme of one of ``names``, and the DFAs it also lexes (the rest
@@ -327,7 +338,8 @@ class CompiledGrammar:
         """The (cached) mask entry of state ``(stack, lex)``."""
         got = self._entries.get(lex, stack)
         if got is not None:
-            return got
+            e = self._recent.get(id(got))  # the memo keeps ``got`` alive: its id names it
+            return e if e is not None else self._keep_recent(got, Entry(torch.from_numpy(got[0]), *got))
         info = self.info
         run = info.lexrun(lex)
         mask = np.zeros(info.vocab_size, dtype=bool)
@@ -364,7 +376,16 @@ class CompiledGrammar:
             raise GrammarError(f"{self.source}: dead state (no token can continue); grammar bug?")
         tensor, view = info.intern_mask(mask)
         e = Entry(tensor, view, accepting, only_eos, len(stack) - max(lowest, 0))
-        self._entries.put(lex, stack, lowest, e)
+        # kept without the tensor (a tensor is tracked by the garbage collector; the array and the tuple
+        # are not): a big schema's masks leave thousands of entries, which every full collection walked
+        got = (view, accepting, only_eos, e.depth)
+        self._entries.put(lex, stack, lowest, got)
+        return self._keep_recent(got, e)
+
+    def _keep_recent(self, got: tuple, e: Entry) -> Entry:
+        if len(self._recent) >= RECENT_ENTRIES:
+            self._recent.clear()
+        self._recent[id(got)] = e
         return e
 
     def _group_allowed(self, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarray):

@@ -56,7 +56,7 @@ class Tables:
     actions: list[dict[str, tuple[bool, int]]]
     gotos: list[dict[str, int]]
     rules: list[tuple[str, int]]
-    kernels: list[list[tuple[str, int, int]]]
+    kernels: list[tuple[tuple[str, int, int], ...]]  # per state, sorted (tuples: untracked by the collector)
     start: int
     end: int
     terminals: dict[str, Terminal]
@@ -68,8 +68,10 @@ class Tables:
     #: ``shiftable``'s view of ``actions``: a bit per terminal (and ``$END``), and per state, built when
     #: first asked, ``[(is_shift, state or rule, bits of the terminals taking that action)]``.
     bits: dict[str, int] = field(default_factory=dict)
-    by_action: dict[int, list[tuple[bool, int, int]]] = field(default_factory=dict)
-    reductions: dict[tuple[int, int], tuple[int, list]] = field(default_factory=dict)  # see _reduce_above
+    # Caches filled by the masks. Their values are tuples of ints and strings, which the garbage
+    # collector stops tracking (lists would be walked by every full collection while the grammar lives).
+    by_action: dict[int, tuple[tuple[bool, int, int], ...]] = field(default_factory=dict)
+    reductions: dict[tuple[int, int], tuple[int, tuple]] = field(default_factory=dict)  # see _reduce_above
     pushes: dict[tuple[int, str], tuple | None] = field(default_factory=dict)  # see _push_above
 
     @property
@@ -79,13 +81,13 @@ class Tables:
     def __post_init__(self) -> None:
         self.bits.update((name, 1 << i) for i, name in enumerate(["$END", *self.terminals]))
 
-    def actions_by_bits(self, q: int) -> list[tuple[bool, int, int]]:
+    def actions_by_bits(self, q: int) -> tuple[tuple[bool, int, int], ...]:
         got = self.by_action.get(q)
         if got is None:
             acts: dict[tuple[bool, int], int] = {}
             for term, act in self.actions[q].items():
                 acts[act] = acts.get(act, 0) | self.bits[term]
-            got = self.by_action[q] = [(a[0], a[1], m) for a, m in acts.items()]
+            got = self.by_action[q] = tuple((a[0], a[1], m) for a, m in acts.items())
         return got
 
 
@@ -151,13 +153,13 @@ def build_tables(
             raise GrammarError(
                 f"{source}: rule {r.origin.name!r} can never be completed (no finite expansion)"
             )
-    kernels: list[list[tuple[str, int, int]]] = []
+    kernels: list[tuple[tuple[str, int, int], ...]] = []
     for items in kernel_items:
         out = set()
         for origin, index, rest in items:
             beta = sum(minlen.get(sym, INF) for sym in rest)
             out.add((ROOT if origin.startswith("$root_") else origin, index, min(beta, INF)))
-        kernels.append(sorted(out, key=lambda it: (it[2], it[0], it[1])))
+        kernels.append(tuple(sorted(out, key=lambda it: (it[2], it[0], it[1]))))
     return Tables(actions, gotos, rule_list, kernels, start_q, end_q, terminals, tuple(ignore), minlen, forks)
 
 
@@ -450,7 +452,7 @@ def shiftable(tables: Tables, stack: tuple[int, ...], terms) -> tuple[list[str],
     return [term for term in terms if bit[term] & shifted], max(lowest, 0)
 
 
-def _reduce_above(tables: Tables, q: int, ts: int) -> tuple[int, list[tuple[int, str, int]]]:
+def _reduce_above(tables: Tables, q: int, ts: int) -> tuple[int, tuple[tuple[int, str, int], ...]]:
     """From a stack whose top is ``q``, with the terminals of bit set ``ts``: the terminals shifted
     after reductions that stay above ``q``, and ``[(entries popped, counting q; the rule's origin;
     terminals)]`` for the reductions that pop ``q`` itself. Independent of the stack below ``q``, so
@@ -479,7 +481,7 @@ def _reduce_above(tables: Tables, q: int, ts: int) -> tuple[int, list[tuple[int,
                 todo.append((rest + (gotos[rest[-1]][origin],), group))
             else:
                 escapes.append((n - len(loc) + 1, origin, group))
-    got = tables.reductions[key] = (shifted, escapes)
+    got = tables.reductions[key] = (shifted, tuple(escapes))
     return got
 
 
@@ -654,12 +656,15 @@ def completion_cost(tables: Tables, stack: tuple[int, ...], memo: dict) -> int:
 
 class DepthMemo:
     """A cache keyed by the *top* of a stack: a value computed from ``stack[lowest:]`` only is valid
-    for every stack that ends with the same entries."""
+    for every stack that ends with the same entries.
+
+    Give it values the garbage collector stops tracking (tuples of ints, strings, numpy arrays): a
+    grammar's memos hold thousands, and every full collection walks the tracked ones while it lives."""
 
     __slots__ = ("_depths", "_store")
 
     def __init__(self) -> None:
-        self._depths: dict[tuple, list[int]] = {}
+        self._depths: dict[tuple, tuple[int, ...]] = {}  # (extra, top) -> the depths stored, ascending
         self._store: dict[tuple, object] = {}
 
     def get(self, extra, stack: tuple[int, ...]):
@@ -676,10 +681,10 @@ class DepthMemo:
     def put(self, extra, stack: tuple[int, ...], lowest: int, value) -> None:
         k = len(stack) - max(lowest, 0)
         self._store[(extra, stack[len(stack) - k :])] = value
-        ks = self._depths.setdefault((extra, stack[-1]), [])
+        top = (extra, stack[-1])
+        ks = self._depths.get(top, ())
         if k not in ks:
-            ks.append(k)
-            ks.sort()
+            self._depths[top] = tuple(sorted((*ks, k)))
 
     def __len__(self) -> int:
         return len(self._store)

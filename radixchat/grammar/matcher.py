@@ -114,7 +114,8 @@ class GrammarMatcher:
         ):
             return e.tensor
         mask = g.budget_mask(self.configs, max(int(remaining), 1))
-        self.budget_limited = mask is not e.tensor  # masks are interned: equal masks are one object
+        # masks are interned: equal masks share one array (their tensors are distinct objects)
+        self.budget_limited = mask.data_ptr() != e.tensor.data_ptr()
         return mask
 
     def can_advance(self, token_id: int) -> bool:

@@ -114,11 +114,12 @@ def test_advance_rejects_a_masked_token_and_keeps_its_state(smol_info, smol_toke
 def test_masks_are_interned_tensors(smol_info, smol_tokenizer):
     g = compile_grammar("json", smol_info)
     a, b = g.matcher(), g.matcher()
-    assert a.allowed() is b.allowed()
+    assert a.allowed().data_ptr() == b.allowed().data_ptr()  # one array under both tensors
     for m in (a, b):
         for tid in smol_tokenizer.encode('{"k": [1, 2], "j": [3, 4]}'):
             m.advance(tid)
-    assert a.allowed() is b.allowed()
+    assert a.allowed().data_ptr() == b.allowed().data_ptr()
+    assert a.allowed().data_ptr() != g.matcher().allowed().data_ptr()  # another mask, another array
 
 
 def test_is_terminated_only_when_nothing_but_eos_can_follow(smol_info):
