@@ -49,5 +49,9 @@ def load_backend(settings: Settings, progress: Progress = lambda _: None) -> Cha
 
     backend = LocalBackend.from_settings(settings, progress)
     if _settle_heap:  # no gc.collect() first: it found 20 objects after a load, in 0.29 s of GIL
+        # the grammar engine's modules (Lark, jsonschema) too, or JSON and tool modes import them later,
+        # into the heap each full collection walks, for the rest of the process
+        import radixchat.grammar  # noqa: F401
+
         gc.freeze()
     return backend

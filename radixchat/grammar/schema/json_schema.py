@@ -21,6 +21,11 @@ import warnings
 from collections import OrderedDict
 from decimal import Decimal
 
+# Imported with the module, not on the first schema that needs it: a process that freezes its heap once
+# loaded (``radixchat.chat.loading.settled_heap``) then never has jsonschema's ~10k objects in the
+# collector's care (a module imported later lives as long, and each full collection walked it).
+import jsonschema
+
 from .. import regex as rx
 from ..compiler import CompiledGrammar
 from ..errors import GrammarError, TooManyStates
@@ -385,8 +390,6 @@ class SchemaCompiler:
         """The ``enum``/``const`` values that the keywords beside them also accept (JSON Schema applies
         both: ``{"enum": ["a", "bb"], "minLength": 2}`` is ``"bb"``), checked by JSON Schema's own
         validator, in the root's draft. Keywords that refer elsewhere (``$ref``) are refused instead."""
-        import jsonschema
-
         first = next(iter(keywords))
         if _REFS.search(json.dumps(keywords)):
             self.fail(f"'{first}' next to {kind} at {_ptr(path)}/{first} uses $ref; list only valid values")
