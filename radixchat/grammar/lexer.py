@@ -145,12 +145,24 @@ class LexerSpace:
             targets, inv = np.unique(np.asarray(self.dfas[d].trans[s]), return_inverse=True)
             ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
             return self._keep_row(lex, array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes()))
-        # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state. Only
-        # the live columns are compared (most bytes kill every component), by a hash in a dict: np.unique
-        # over all 256 columns cost ~90 us a row, most of a product state's row.
+        # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
         cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
-        live = np.flatnonzero((cols >= 0).any(axis=0))
+        alive = cols >= 0
+        n_alive = alive.sum(axis=0)
         row = np.zeros(256, dtype=np.int32)  # DEAD
+        # A byte that only one component survives leads to that component's state alone: mapped a DFA at
+        # a time (``_single_map``). In an open object's key (a key family: the extra key, which takes
+        # any character, next to the declared names) that is most bytes, and interning a state per
+        # distinct column made each row ~400 us.
+        one = np.flatnonzero(n_alive == 1)
+        if one.size:
+            which = alive[:, one].argmax(axis=0)
+            for k in set(which.tolist()):
+                sel = one[which == k]
+                row[sel] = self._single_ids(comps[k][0], cols[k, sel])
+        # The other live columns are compared by a hash in a dict (np.unique over all 256 columns cost
+        # ~90 us a row).
+        live = np.flatnonzero(n_alive > 1)
         if live.size:
             sub = cols[:, live]
             h = ((sub + 1) * _MIX[np.arange(len(comps)) % _MIX.shape[0], None]).sum(axis=0).tolist()
@@ -184,14 +196,20 @@ class LexerSpace:
     def _single_row(self, lex: int, d: int, trans: np.ndarray) -> array:
         """``row`` of a one-terminal state of a plain DFA: its DFA row through the DFA's map from states
         to lexer states (``_single``; -1 where not interned yet), so no per-row ``unique``."""
+        return self._keep_row(lex, array("i", self._single_ids(d, trans).tobytes()))
+
+    def _single_ids(self, d: int, targets: np.ndarray) -> np.ndarray:
+        """The lexer states of DFA ``d`` alone in each of its states ``targets`` (>= 0; interned where new)."""
+        if not isinstance(self.dfas[d], ByteDFA):  # counted: no map of its states (there is no end to them)
+            return np.array([self.intern(((d, t),)) for t in targets.tolist()], dtype=np.int32)
         m = self._single_map(d)
-        ids = m[trans + 1]
+        ids = m[targets + 1]
         miss = ids < 0
         if miss.any():
-            for t in set(trans[miss].tolist()):  # a set: np.unique costs more on a few values
+            for t in set(targets[miss].tolist()):  # a set: np.unique costs more on a few values
                 m[t + 1] = self.intern(((d, t),))
-            ids = m[trans + 1]
-        return self._keep_row(lex, array("i", ids.tobytes()))
+            ids = m[targets + 1]
+        return ids
 
     def _single_map(self, d: int) -> np.ndarray:
         m = self._single.get(d)

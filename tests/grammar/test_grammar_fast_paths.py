@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from radixchat.grammar import TokenizerInfo, compile_grammar, compile_json_schema
+from radixchat.grammar.counted import CountedDFA
 from radixchat.grammar.lalr import END, MAX_FORKS, accepts_end, push, push_all, shiftable
 from radixchat.grammar.lexer import DEAD, SPACE, run, trie_run
 
@@ -297,3 +298,37 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
     assert new_states > 300 and new_runs > 100  # the walks reached many new lexer states
     # before: three int arrays per lexer state and a LexRun with a list per run (> 3 per state)
     assert len(gc.get_objects()) - tracked < new_states / 10
+
+
+def test_product_rows_equal_the_moves(smol_info):
+    """``row`` of a product state maps the bytes that only one component survives a DFA at a time
+    (``_single_ids``) and interns the other columns: every entry must be the state ``_move`` gives. In
+    an open object's keys (the extra key, any string but a name, next to the names) and in a product
+    of a counted terminal with a plain one."""
+    g = compile_json_schema(
+        {
+            "type": "object",
+            "properties": {"qname": {}, "qnap": {}, "qzone": {}},
+            "additionalProperties": True,
+        },
+        smol_info,
+        cache=False,
+    )
+    stack = g.initial_stack
+    lex0 = g.context(stack, False)[0].lex0
+    counted = SPACE.start_state([SPACE.dfa_id('"[a-q]{0,29}"'), SPACE.dfa_id('"qb+c"')])
+    assert any(isinstance(SPACE.dfas[d], CountedDFA) for d, _ in SPACE.comps[counted])
+    products = 0
+    for text in ['"qname"', '"qnap"', '"qzone"', '"qnz"', '"qbbbc"', '"qbx"']:
+        data = text.encode()
+        for k in range(len(data)):  # fed byte by byte: ``feed`` and ``step`` build no rows
+            lexes = [lex for _, lex in g.feed(stack, lex0, b"{" + data[:k])]
+            other = counted
+            for b in data[:k]:
+                other = SPACE.step(other, b)
+            for lex in [*lexes, other]:
+                if lex != DEAD and SPACE._row_at[lex] < 0 and len(SPACE.comps[lex]) > 1:
+                    products += 1
+                    steps = [SPACE._move(lex, c) for c in range(256)]
+                    assert list(SPACE.row(lex)) == steps, (text, k)
+    assert products >= 6
