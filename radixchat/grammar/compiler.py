@@ -432,7 +432,7 @@ class CompiledGrammar:
                 term = self.dfa_term.get(d)
                 if term is None:
                     continue
-                dist = int(SPACE.dfas[d].dist[s])
+                dist = int(SPACE.dfas.dist[d][s])
                 if term in self.ignore:
                     c = dist + self.parser_cost(stack)
                 else:

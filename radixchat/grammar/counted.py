@@ -292,9 +292,10 @@ def _counted(pattern: str, node: Node) -> CountedDFA:
     return CountedDFA(pattern, pre, _loop(to_regex(x), to_regex(suf)), lo, hi)
 
 
-@functools.lru_cache(maxsize=4096)
 def compile_terminal(pattern: str, where: str = "regex") -> ByteDFA | CountedDFA:
-    """The DFA of a terminal's regex: counted (``CountedDFA``) where its shape allows, else plain."""
+    """The DFA of a terminal's regex: counted (``CountedDFA``) where its shape allows, else plain. Not
+    cached here: the lexer space keeps each pattern's DFA (``LexerSpace.dfa_id``), as arrays the garbage
+    collector does not walk; a cache of DFA objects would keep thousands of them in its care."""
     try:
         return _counted(pattern, parse(pattern, where))
     except (_NotCountable, GrammarError):

@@ -155,6 +155,13 @@ class ByteDFA:
         self.dist = _distances(trans, accept)
         self._rows: list[array] | None = None
 
+    @classmethod
+    def of(cls, trans: np.ndarray, accept: np.ndarray, dist: np.ndarray, pattern: str) -> ByteDFA:
+        """A DFA over arrays kept elsewhere (``lexer.DFAStore``), without computing its distances again."""
+        dfa = cls.__new__(cls)
+        dfa.trans, dfa.accept, dfa.dist, dfa.pattern, dfa._rows = trans, accept, dist, pattern, None
+        return dfa
+
     @property
     def rows(self) -> list[array]:
         """``trans`` as one int array per state, built on first use (a big DFA's rows cost more than the
@@ -564,9 +571,11 @@ def _words_dfa(words: list[bytes], pattern: str) -> ByteDFA | None:
     return ByteDFA(trans, np.array([acc[lab] for lab in order], dtype=bool), pattern)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=512)
 def compile_regex(pattern: str, where: str = "regex") -> ByteDFA:
-    """The byte DFA of a Python regex (cached: equal patterns share one DFA object)."""
+    """The byte DFA of a Python regex (cached: equal patterns share one DFA object). Terminals are kept
+    by the lexer space (``lexer.DFAStore``), so this cache stays small: each DFA object it holds is one
+    more object for every full collection of the garbage collector."""
     dfa = compile_node(parse(pattern, where), pattern)
     if dfa.accept[0]:
         raise GrammarError(f"{where}: terminal {pattern!r} matches the empty string")

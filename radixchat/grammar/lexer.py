@@ -44,7 +44,8 @@ class LexerSpace:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.dfas: list[ByteDFA | CountedDFA] = []
+        #: Every terminal DFA, by id (``DFAStore``: plain DFAs as arrays, out of the collector's sight).
+        self.dfas = DFAStore()
         self._dfa_ids: dict[str, int] = {}
         # State s's components, flat: _comp_data[_comp_at[s]:_comp_at[s + 1]] is d0, s0, d1, s1, ...;
         # ``comps[s]`` rebuilds the tuple. The index maps their packed bytes to s: a dict of bytes to
@@ -93,8 +94,7 @@ class LexerSpace:
         with self.lock:
             got = self._dfa_ids.get(pattern)
             if got is None:
-                got = self._dfa_ids[pattern] = len(self.dfas)
-                self.dfas.append(dfa)
+                got = self._dfa_ids[pattern] = self.dfas.append(dfa)
         return got
 
     # -- lexer states ------------------------------------------------------------------------------
@@ -116,7 +116,8 @@ class LexerSpace:
             self._comp_at.append(len(self._comp_data))
             self._row_at.append(-1)
             dfas, states = flat[0::2], flat[1::2]
-            acc = array("i", [d for d, s in zip(dfas, states) if self.dfas[d].accept[s]])
+            accept = self.dfas.accept
+            acc = array("i", [d for d, s in zip(dfas, states) if accept[d][s]])
             shared = self._acc_shared.get(acc.tobytes())
             if shared is None:
                 shared = self._acc_shared[acc.tobytes()] = untracked(tuple(acc))
@@ -137,16 +138,16 @@ class LexerSpace:
         if at >= 0:
             return self._row_of(at)
         comps = self.comps[lex]
+        trans = self.dfas.trans
         if len(comps) == 1:  # one terminal (a string's interior): its DFA's row, renamed
             d, s = comps[0]
-            dfa = self.dfas[d]
-            if isinstance(dfa, ByteDFA):
-                return self._single_row(lex, d, dfa.trans[s])
-            targets, inv = np.unique(np.asarray(self.dfas[d].trans[s]), return_inverse=True)
+            if self.dfas.plain[d]:
+                return self._single_row(lex, d, trans[d][s])
+            targets, inv = np.unique(np.asarray(trans[d][s]), return_inverse=True)
             ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
             return self._keep_row(lex, array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes()))
         # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
-        cols = np.array([self.dfas[d].trans[s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
+        cols = np.array([trans[d][s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
         alive = cols >= 0
         n_alive = alive.sum(axis=0)
         row = np.zeros(256, dtype=np.int32)  # DEAD
@@ -200,7 +201,7 @@ class LexerSpace:
 
     def _single_ids(self, d: int, targets: np.ndarray) -> np.ndarray:
         """The lexer states of DFA ``d`` alone in each of its states ``targets`` (>= 0; interned where new)."""
-        if not isinstance(self.dfas[d], ByteDFA):  # counted: no map of its states (there is no end to them)
+        if not self.dfas.plain[d]:  # counted: no map of its states (there is no end to them)
             return np.array([self.intern(((d, t),)) for t in targets.tolist()], dtype=np.int32)
         m = self._single_map(d)
         ids = m[targets + 1]
@@ -214,7 +215,7 @@ class LexerSpace:
     def _single_map(self, d: int) -> np.ndarray:
         m = self._single.get(d)
         if m is None:
-            m = np.full(self.dfas[d].n_states + 1, -1, dtype=np.int32)
+            m = np.full(self.dfas.trans[d].shape[0] + 1, -1, dtype=np.int32)
             m[0] = DEAD
             self._single[d] = m
         return m
@@ -246,7 +247,7 @@ class LexerSpace:
                 k = d << 32 | s
                 m = live.get(k)
                 if m is None:
-                    packed = np.packbits(np.asarray(self.dfas[d].trans[s]) >= 0, bitorder="little")
+                    packed = np.packbits(np.asarray(self.dfas.trans[d][s]) >= 0, bitorder="little")
                     m = live[k] = int.from_bytes(packed.tobytes(), "little")
                 bits |= m
             out = bytearray()
@@ -286,13 +287,14 @@ class LexerSpace:
         are alive (a lexeme's start)."""
         flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
         out = []
+        trans = self.dfas.trans
         for d, s in zip(flat[::2], flat[1::2]):
-            t = int(self.dfas[d].trans[s][byte])
+            t = int(trans[d][s][byte])
             if t >= 0:
                 out.append((d, t))
         if not out:
             return DEAD
-        if len(out) == 1 and isinstance(self.dfas[out[0][0]], ByteDFA):
+        if len(out) == 1 and self.dfas.plain[out[0][0]]:
             return self._single_state(*out[0])
         return self.intern(tuple(out))
 
@@ -340,13 +342,65 @@ class LexerSpace:
     def describe(self, lex: int) -> tuple:
         """A process-independent name of a lexer state (for persisted caches): ``(pattern, state)`` per
         component, where a counted DFA's state is its ``[skeleton state, count]``."""
-        return tuple((self.dfas[d].pattern, _state_key(self.dfas[d], s)) for d, s in self.comps[lex])
+        return tuple((self.dfas.pattern[d], _state_key(self.dfas[d], s)) for d, s in self.comps[lex])
 
     def state_of(self, pattern: str, key) -> tuple[int, int]:
         """The component ``(dfa id, state)`` that ``describe`` named ``(pattern, key)``."""
         d = self.dfa_id(pattern)
         dfa = self.dfas[d]
         return d, (dfa.state_of(key) if isinstance(dfa, CountedDFA) else int(key))
+
+
+class DFAStore:
+    """The terminal DFAs of the lexer space, by id. A plain DFA is kept as its arrays (transitions,
+    accepting states, distances, pattern) in numpy object arrays, which the garbage collector neither
+    tracks nor walks; ``store[d]`` rebuilds a ``ByteDFA`` over them. A ByteDFA object per DFA was the
+    largest thing left in each full collection (~4k objects, 24k references after 400 MaskBench schemas).
+    Counted DFAs (a few per grammar) are kept as objects. The hot paths read the columns directly."""
+
+    __slots__ = ("trans", "accept", "dist", "pattern", "plain", "_counted", "_n")
+
+    def __init__(self) -> None:
+        self._n = 0
+        # per DFA: its transitions (n_states x 256 ints; counted: rows by state), accepting states, distances
+        self.trans = np.empty(64, dtype=object)
+        self.accept = np.empty(64, dtype=object)
+        self.dist = np.empty(64, dtype=object)
+        self.pattern = np.empty(64, dtype=object)
+        self.plain = np.zeros(64, dtype=bool)  # a ByteDFA (else counted)
+        self._counted: dict[int, CountedDFA] = {}
+
+    def append(self, dfa: ByteDFA | CountedDFA) -> int:
+        d = self._n
+        if d == self.plain.shape[0]:
+            for name in ("trans", "accept", "dist", "pattern", "plain"):
+                old = getattr(self, name)
+                new = np.zeros(2 * d, dtype=bool) if name == "plain" else np.empty(2 * d, dtype=object)
+                new[:d] = old
+                setattr(self, name, new)
+        self.trans[d], self.accept[d], self.dist[d], self.pattern[d] = (
+            dfa.trans,
+            dfa.accept,
+            dfa.dist,
+            dfa.pattern,
+        )
+        if isinstance(dfa, ByteDFA):
+            self.plain[d] = True
+        else:
+            self._counted[d] = dfa
+        self._n = d + 1
+        return d
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, d: int) -> ByteDFA | CountedDFA:
+        if d >= self._n or d < 0:
+            raise IndexError(d)
+        got = self._counted.get(d)
+        if got is not None:
+            return got
+        return ByteDFA.of(self.trans[d], self.accept[d], self.dist[d], self.pattern[d])
 
 
 def untracked(*values) -> np.ndarray:

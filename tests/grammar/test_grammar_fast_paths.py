@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from radixchat.grammar import TokenizerInfo, compile_grammar, compile_json_schema
-from radixchat.grammar.counted import CountedDFA
+from radixchat.grammar.counted import CountedDFA, compile_terminal
 from radixchat.grammar.lalr import END, MAX_FORKS, accepts_end, push, push_all, shiftable
 from radixchat.grammar.lexer import DEAD, SPACE, run, trie_run
 
@@ -332,3 +332,34 @@ def test_product_rows_equal_the_moves(smol_info):
                     steps = [SPACE._move(lex, c) for c in range(256)]
                     assert list(SPACE.row(lex)) == steps, (text, k)
     assert products >= 6
+
+
+def test_the_lexer_space_keeps_dfas_as_arrays_not_objects():
+    """``DFAStore`` keeps a plain DFA's arrays where the garbage collector does not look, and rebuilds a
+    ``ByteDFA`` over them on request: equal to the DFA compiled, past the store's first growth, and with
+    no DFA object left alive for the collector to walk (counted DFAs stay objects)."""
+    import gc
+
+    from radixchat.grammar.dfa import ByteDFA, compile_regex
+    from radixchat.grammar.lexer import DFAStore
+
+    store = DFAStore()
+    patterns = [f'"qq{i}word"' for i in range(150)] + ['"[a-q]{0,29}"']
+    ids = [store.append(compile_terminal(p)) for p in patterns]
+    assert ids == list(range(151)) and len(store) == 151
+    for d, p in zip(ids[:150], patterns):
+        dfa, ref = store[d], compile_regex(p)
+        assert isinstance(dfa, ByteDFA) and store.plain[d] and dfa.pattern == p
+        np.testing.assert_array_equal(dfa.trans, ref.trans)
+        np.testing.assert_array_equal(dfa.accept, ref.accept)
+        np.testing.assert_array_equal(dfa.dist, ref.dist)
+        assert dfa.matches(p.encode()) and not dfa.matches(b'"qq"')
+    assert isinstance(store[150], CountedDFA) and not store.plain[150]
+    with pytest.raises(IndexError):
+        store[151]
+    del dfa, ref
+    compile_regex.cache_clear()
+    gc.collect()
+    kept = {o.pattern for o in gc.get_objects() if type(o) is ByteDFA}
+    assert not kept & set(patterns[:150])
+    assert store[7].matches(b'"qq7word"')
