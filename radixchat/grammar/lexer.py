@@ -37,6 +37,7 @@ ROW_SHIFT = 16
 ROW_CHUNK = 1 << ROW_SHIFT  # ints per array of ``LexerSpace._row_data`` (256 rows of 256)
 DEAD = 0
 _MIX = np.random.default_rng(0).integers(1, 1 << 40, size=4096) | 1  # column hashing in ``row``
+FEW_SHARED = 8  # ``row``: up to this many bytes that several components survive are interned one by one
 
 
 class LexerSpace:
@@ -146,26 +147,28 @@ class LexerSpace:
             targets, inv = np.unique(np.asarray(trans[d][s]), return_inverse=True)
             ids = [self.intern(((d, t),)) if t >= 0 else DEAD for t in targets.tolist()]
             return self._keep_row(lex, array("i", np.array(ids, dtype=np.int32)[inv.reshape(-1)].tobytes()))
-        # Columns of the component DFAs' moves, one per byte; equal columns lead to one lexer state.
-        cols = np.array([trans[d][s] for d, s in comps], dtype=np.int64).reshape(len(comps), 256)
-        alive = cols >= 0
-        n_alive = alive.sum(axis=0)
+        # Several terminals: each byte leads to the components it continues. The bytes each one lives on
+        # are a 256-bit int (``_live_bits``, cached per component); a byte that one component alone
+        # survives leads to its state alone, mapped a DFA at a time (``_single_ids``): in an open
+        # object's key (the extra key, which takes any character, next to the declared names) that is
+        # nearly every byte. Only the bytes several components survive intern a product state, one by
+        # one where they are few. (A column per byte for every component, compared by hash, cost
+        # ~100-400 us a row; a trie run from a key family's first state builds ~85 rows.)
+        bits = [self._live_bits(d, s) for d, s in comps]
+        seen = multi = 0
+        for m in bits:
+            multi |= seen & m
+            seen |= m
         row = np.zeros(256, dtype=np.int32)  # DEAD
-        # A byte that only one component survives leads to that component's state alone: mapped a DFA at
-        # a time (``_single_map``). In an open object's key (a key family: the extra key, which takes
-        # any character, next to the declared names) that is most bytes, and interning a state per
-        # distinct column made each row ~400 us.
-        one = np.flatnonzero(n_alive == 1)
-        if one.size:
-            which = alive[:, one].argmax(axis=0)
-            for k in set(which.tolist()):
-                sel = one[which == k]
-                row[sel] = self._single_ids(comps[k][0], cols[k, sel])
-        # The other live columns are compared by a hash in a dict (np.unique over all 256 columns cost
-        # ~90 us a row).
-        live = np.flatnonzero(n_alive > 1)
-        if live.size:
-            sub = cols[:, live]
+        if seen != multi:
+            for (d, s), m in zip(comps, bits):
+                solo = m & ~multi
+                if solo:
+                    idx = _bit_indexes(solo)
+                    row[idx] = self._single_ids(d, np.asarray(trans[d][s])[idx])
+        if multi.bit_count() > FEW_SHARED:  # many: their columns, equal ones found by a hash in a dict
+            live = _bit_indexes(multi)
+            sub = np.array([np.asarray(trans[d][s])[live] for d, s in comps], dtype=np.int64)
             h = ((sub + 1) * _MIX[np.arange(len(comps)) % _MIX.shape[0], None]).sum(axis=0).tolist()
             first: dict = {}
             rep = [first.setdefault(x, j) for j, x in enumerate(h)]  # each column's first equal one
@@ -177,6 +180,12 @@ class LexerSpace:
                 col = sub[:, j].tolist()
                 ids[j] = self.intern(tuple((d, t) for (d, _), t in zip(comps, col) if t >= 0))
             row[live] = [ids[j] for j in rep]
+            multi = 0
+        while multi:
+            low = multi & -multi
+            multi ^= low
+            b = low.bit_length() - 1
+            row[b] = self.intern(tuple((d, int(trans[d][s][b])) for (d, s), m in zip(comps, bits) if m & low))
         return self._keep_row(lex, array("i", row.tobytes()))
 
     def _keep_row(self, lex: int, row: array) -> array:
@@ -242,14 +251,8 @@ class LexerSpace:
         else:
             flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
             bits = 0
-            live = self._comp_live
             for d, s in zip(flat[::2], flat[1::2]):
-                k = d << 32 | s
-                m = live.get(k)
-                if m is None:
-                    packed = np.packbits(np.asarray(self.dfas.trans[d][s]) >= 0, bitorder="little")
-                    m = live[k] = int.from_bytes(packed.tobytes(), "little")
-                bits |= m
+                bits |= self._live_bits(d, s)
             out = bytearray()
             while bits:
                 low = bits & -bits
@@ -258,6 +261,15 @@ class LexerSpace:
             got = bytes(out)
         self._live_bytes[lex] = got
         return got
+
+    def _live_bits(self, d: int, s: int) -> int:
+        """The bytes state ``s`` of DFA ``d`` continues on, as a 256-bit int (bit b: byte b; cached)."""
+        k = d << 32 | s
+        m = self._comp_live.get(k)
+        if m is None:
+            packed = np.packbits(np.asarray(self.dfas.trans[d][s]) >= 0, bitorder="little")
+            m = self._comp_live[k] = int.from_bytes(packed.tobytes(), "little")
+        return m
 
     def step(self, lex: int, byte: int) -> int:
         at = self._row_at[lex]
@@ -401,6 +413,13 @@ class DFAStore:
         if got is not None:
             return got
         return ByteDFA.of(self.trans[d], self.accept[d], self.dist[d], self.pattern[d])
+
+
+def _bit_indexes(bits: int) -> np.ndarray:
+    """The positions of the set bits of a 256-bit int, ascending."""
+    return np.flatnonzero(
+        np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
+    )
 
 
 def untracked(*values) -> np.ndarray:

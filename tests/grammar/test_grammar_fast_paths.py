@@ -318,20 +318,22 @@ def test_product_rows_equal_the_moves(smol_info):
     lex0 = g.context(stack, False)[0].lex0
     counted = SPACE.start_state([SPACE.dfa_id('"[a-q]{0,29}"'), SPACE.dfa_id('"qb+c"')])
     assert any(isinstance(SPACE.dfas[d], CountedDFA) for d, _ in SPACE.comps[counted])
+    # two wide terminals: more bytes than ``FEW_SHARED`` that both survive (their columns hashed)
+    wide = SPACE.start_state([SPACE.dfa_id('"[a-z]*qz"'), SPACE.dfa_id('"[a-m0-9]+qx"')])
     products = 0
-    for text in ['"qname"', '"qnap"', '"qzone"', '"qnz"', '"qbbbc"', '"qbx"']:
+    for text in ['"qname"', '"qnap"', '"qzone"', '"qnz"', '"qbbbc"', '"qbx"', '"abc1qx"']:
         data = text.encode()
         for k in range(len(data)):  # fed byte by byte: ``feed`` and ``step`` build no rows
             lexes = [lex for _, lex in g.feed(stack, lex0, b"{" + data[:k])]
-            other = counted
+            others = [counted, wide]
             for b in data[:k]:
-                other = SPACE.step(other, b)
-            for lex in [*lexes, other]:
+                others = [SPACE.step(o, b) for o in others]
+            for lex in [*lexes, *others]:
                 if lex != DEAD and SPACE._row_at[lex] < 0 and len(SPACE.comps[lex]) > 1:
                     products += 1
                     steps = [SPACE._move(lex, c) for c in range(256)]
                     assert list(SPACE.row(lex)) == steps, (text, k)
-    assert products >= 6
+    assert products >= 9
 
 
 def test_the_lexer_space_keeps_dfas_as_arrays_not_objects():
