@@ -153,7 +153,7 @@ class CompiledGrammar:
         # Mask entries, stored as (mask, accepting, only_eos, depth) tuples, and the Entry objects (each
         # with its tensor) of the last ones asked for: the collector tracks those, so they are bounded.
         self._entries = DepthMemo()
-        self._recent: dict[int, Entry] = {}
+        self._recent: dict[int, tuple[tuple, Entry]] = {}  # id of a memo tuple -> (it, its Entry)
         self._groups = DepthMemo()
         self._cp_memo: dict = {}
         self._cost_memo: dict = {}
@@ -338,8 +338,10 @@ class CompiledGrammar:
         """The (cached) mask entry of state ``(stack, lex)``."""
         got = self._entries.get(lex, stack)
         if got is not None:
-            e = self._recent.get(id(got))  # the memo keeps ``got`` alive: its id names it
-            return e if e is not None else self._keep_recent(got, Entry(torch.from_numpy(got[0]), *got))
+            hit = self._recent.get(id(got))
+            if hit is not None and hit[0] is got:
+                return hit[1]
+            return self._keep_recent(got, Entry(torch.from_numpy(got[0]), *got))
         info = self.info
         run = info.lexrun(lex)
         mask = np.zeros(info.vocab_size, dtype=bool)
@@ -385,7 +387,7 @@ class CompiledGrammar:
     def _keep_recent(self, got: tuple, e: Entry) -> Entry:
         if len(self._recent) >= RECENT_ENTRIES:
             self._recent.clear()
-        self._recent[id(got)] = e
+        self._recent[id(got)] = (got, e)  # ``got`` held too: its id cannot name another tuple meanwhile
         return e
 
     def _group_allowed(self, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarray):
