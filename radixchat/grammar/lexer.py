@@ -390,12 +390,10 @@ class DFAStore:
                 new = np.zeros(2 * d, dtype=bool) if name == "plain" else np.empty(2 * d, dtype=object)
                 new[:d] = old
                 setattr(self, name, new)
-        self.trans[d], self.accept[d], self.dist[d], self.pattern[d] = (
-            dfa.trans,
-            dfa.accept,
-            dfa.dist,
-            dfa.pattern,
-        )
+        self.trans[d] = dfa.trans
+        self.accept[d] = dfa.accept
+        self.dist[d] = dfa.dist
+        self.pattern[d] = dfa.pattern
         if isinstance(dfa, ByteDFA):
             self.plain[d] = True
         else:

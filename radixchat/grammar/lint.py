@@ -15,6 +15,7 @@ states). ``lint_grammar`` adds what builds but would misbehave:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from itertools import combinations
@@ -107,6 +108,9 @@ def lint_grammar(source, *, start: str = "start", max_states: int = 2000) -> lis
     text, name = read_grammar(source)
     tables = build_tables(text, name, start, max_states=max_states)
     terms = tables.terminals
+    # one DFA object per terminal for this call: the lexer space rebuilds a view per request, and the
+    # pair checks read each one's rows (built on first use) many times
+    plain = functools.cache(_plain)
     problems: list[str] = []
     seen: set[tuple[str, str]] = set()
     for acts in tables.actions:
@@ -116,7 +120,7 @@ def lint_grammar(source, *, start: str = "start", max_states: int = 2000) -> lis
                 continue
             seen.add((a, b))
             ta, tb = terms[a], terms[b]
-            da, db = _plain(ta.dfa), _plain(tb.dfa)
+            da, db = plain(ta.dfa), plain(tb.dfa)
             if ta.priority == tb.priority and ta.is_str == tb.is_str:
                 both = _overlap(da, db)
                 if both is not None:
@@ -126,9 +130,9 @@ def lint_grammar(source, *, start: str = "start", max_states: int = 2000) -> lis
                     )
                     continue
             first, second = sorted((ta, tb), key=_lark_order)
-            if second.literal is not None and _plain(first.dfa).matches(second.literal.encode()):
+            if second.literal is not None and plain(first.dfa).matches(second.literal.encode()):
                 continue  # Lark's "unless": the literal wins on an exact match, as in our lexer
-            p = _prefix_conflict(_plain(first.dfa), _plain(second.dfa))
+            p = _prefix_conflict(plain(first.dfa), plain(second.dfa))
             if p is not None:
                 problems.append(
                     f"{name}:{_line(text, first.name)}: terminal {first.name} matches {p!r}, which "
@@ -141,7 +145,7 @@ def lint_grammar(source, *, start: str = "start", max_states: int = 2000) -> lis
                 "byte lexer does not enforce right context"
             )
     for ig in tables.ignore:
-        if _unbounded(_plain(terms[ig].dfa)):
+        if _unbounded(plain(terms[ig].dfa)):
             problems.append(
                 f"{name}:{_line(text, ig)}: %ignore {ig} matches unbounded runs; bound it "
                 "(e.g. /[ \\t]|\\r?\\n[ \\t]{0,20}/)"

@@ -205,9 +205,9 @@ class TokenizerInfo:
         if len(comps) != 1:
             return None
         d, s = comps[0]
-        dfa = SPACE.dfas[d]
-        if not isinstance(dfa, CountedDFA):
+        if SPACE.dfas.plain[d]:
             return None
+        dfa = SPACE.dfas[d]
         local = dfa.in_loop(s)
         if local < 0:
             return None
