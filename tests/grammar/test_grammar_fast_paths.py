@@ -81,10 +81,12 @@ def test_the_trie_run_reuses_subtrees_that_agree_after_their_first_byte(smol_inf
     assert max(added[1:]) <= 3, added  # not the ~150 subtrees of the vocabulary's first bytes
 
 
-def test_the_trie_run_is_right_when_its_memo_fills_and_starts_again(smol_info, monkeypatch):
+def test_the_trie_run_is_right_when_its_memo_fills_and_evicts(smol_info, monkeypatch):
+    """Past its bound the memo drops its least recently used subtrees, not everything (clearing it all
+    freed ~80 runs' arrays inside one mask); the runs stay right and the memo within its bound."""
     from radixchat.grammar.lexer import Trie
 
-    monkeypatch.setattr(Trie, "MEMO_TOKENS", 2000)  # cleared several times in each run
+    monkeypatch.setattr(Trie, "MEMO_TOKENS", 2000)  # evicts in each run
     schema = {"type": "object", "properties": {"ab": {"type": "string"}}, "additionalProperties": True}
     g = compile_json_schema(schema, smol_info, cache=False)
     lexes = set()
@@ -93,7 +95,15 @@ def test_the_trie_run_is_right_when_its_memo_fills_and_starts_again(smol_info, m
         m.advance_bytes(prefix)
         lexes.update(lx for _, lx in m.configs)
     assert _assert_trie_matches_run(smol_info, sorted(lexes)) == len(lexes)
-    assert smol_info.trie.memo_size <= 2000
+    memo = smol_info.trie.memo
+    assert smol_info.trie.memo_size == sum(r[0].shape[0] for r in memo.values()) <= 2000
+    assert len(memo) > 1  # evicted a few at a time, not emptied
+    # a subtree used again moves to the back: the next evictions take others first
+    from radixchat.grammar.lexer import _touch
+
+    key = next(iter(memo))
+    _touch(smol_info.trie, [key])
+    assert list(memo)[-1] == key
 
 
 def test_the_trie_run_handles_duplicate_and_prefix_tokens():
