@@ -37,6 +37,7 @@ ROW_SHIFT = 16
 ROW_CHUNK = 1 << ROW_SHIFT  # ints per array of ``LexerSpace._row_data`` (256 rows of 256)
 DEAD = 0
 _MIX = np.random.default_rng(0).integers(1, 1 << 40, size=4096) | 1  # column hashing in ``row``
+FEW_STATES = 256  # ``_live_bits`` of a plain DFA up to this many states are read for all its states at once
 FEW_SHARED = 8  # ``row``: up to this many bytes that several components survive are interned one by one
 
 
@@ -106,6 +107,8 @@ class LexerSpace:
         got = self._ids.get(key)
         if got is not None:
             return got
+        if len(flat) == 2 and self.dfas.plain[flat[0]]:  # one plain DFA alone: numbered with its DFA
+            return int(self._single_map(flat[0])[flat[1] + 1])
         with self.lock:
             got = self._ids.get(key)
             if got is not None:
@@ -211,31 +214,53 @@ class LexerSpace:
     def _single_ids(self, d: int, targets: np.ndarray) -> np.ndarray:
         """The lexer states of DFA ``d`` alone in each of its states ``targets`` (>= 0; interned where new)."""
         if not self.dfas.plain[d]:  # counted: no map of its states (there is no end to them)
-            return np.array([self.intern(((d, t),)) for t in targets.tolist()], dtype=np.int32)
-        m = self._single_map(d)
-        ids = m[targets + 1]
-        miss = ids < 0
-        if miss.any():
-            for t in set(targets[miss].tolist()):  # a set: np.unique costs more on a few values
-                m[t + 1] = self.intern(((d, t),))
-            ids = m[targets + 1]
-        return ids
+            got = {t: self.intern(((d, t),)) for t in set(targets.tolist())}
+            return np.array([got[t] for t in targets.tolist()], dtype=np.int32)
+        return self._single_map(d)[targets + 1]
 
     def _single_map(self, d: int) -> np.ndarray:
+        """Plain DFA ``d``'s states alone as lexer states, ``[DEAD, state of 0, state of 1, ...]``.
+
+        They are all interned at once, as consecutive states, the first time any is asked for (a few
+        array extensions, ~0.1 us a state): one by one they cost ~10 us each, and a walk of the vocabulary
+        through a big DFA (a pattern under length bounds: ~20k states, one per count) met ~900 new ones
+        in one mask. Not in ``_ids``: ``intern`` comes here for them."""
         m = self._single.get(d)
-        if m is None:
-            m = np.full(self.dfas.trans[d].shape[0] + 1, -1, dtype=np.int32)
+        if m is not None:
+            return m
+        with self.lock:
+            m = self._single.get(d)
+            if m is not None:
+                return m
+            n = int(self.dfas.trans[d].shape[0])
+            base = len(self.is_start)
+            if base + n > MAX_LEXER_STATES:
+                raise GrammarError("too many lexer states (grammar terminals overlap too much)")
+            flat = np.empty((n, 2), dtype=np.int32)
+            flat[:, 0], flat[:, 1] = d, np.arange(n)
+            self._comp_data.frombytes(flat.tobytes())
+            self._comp_at.frombytes((self._comp_at[-1] + 2 * np.arange(1, n + 1, dtype=np.int64)).tobytes())
+            self._row_at.frombytes(np.full(n, -1, dtype=np.int64).tobytes())
+            acc = np.asarray(self.dfas.accept[d], dtype=bool)
+            one = self._acc_shared.get(array("i", [d]).tobytes())
+            if one is None:
+                one = self._acc_shared[array("i", [d]).tobytes()] = untracked((d,))
+            box = np.empty(2, dtype=object)
+            box[0], box[1] = (), one[0]
+            self.accepting.extend(box[acc.astype(np.intp)].tolist())
+            self.is_start.append(True)
+            self.is_start.extend([False] * (n - 1))
+            self._grow_index()
+            self._acc_np[base : base + n] = acc
+            m = np.empty(n + 1, dtype=np.int32)
             m[0] = DEAD
+            m[1:] = np.arange(base, base + n, dtype=np.int32)
             self._single[d] = m
         return m
 
     def _single_state(self, d: int, t: int) -> int:
-        """The lexer state of state ``t`` of plain DFA ``d`` alone (interned on first use)."""
-        m = self._single_map(d)
-        got = int(m[t + 1])
-        if got < 0:
-            got = m[t + 1] = self.intern(((d, t),))
-        return got
+        """The lexer state of state ``t`` of plain DFA ``d`` alone."""
+        return int(self._single_map(d)[t + 1])
 
     def live_bytes(self, lex: int) -> bytes:
         """The bytes that continue the lexeme of ``lex``, in order (cached). Where the state's row is not
@@ -267,7 +292,13 @@ class LexerSpace:
         k = d << 32 | s
         m = self._comp_live.get(k)
         if m is None:
-            packed = np.packbits(np.asarray(self.dfas.trans[d][s]) >= 0, bitorder="little")
+            trans = self.dfas.trans[d]
+            if self.dfas.plain[d] and trans.shape[0] <= FEW_STATES:  # a small DFA: all its states at once
+                packed = np.packbits(trans >= 0, axis=1, bitorder="little").tobytes()
+                for t in range(trans.shape[0]):
+                    self._comp_live[d << 32 | t] = int.from_bytes(packed[32 * t : 32 * t + 32], "little")
+                return self._comp_live[k]
+            packed = np.packbits(np.asarray(trans[s]) >= 0, bitorder="little")
             m = self._comp_live[k] = int.from_bytes(packed.tobytes(), "little")
         return m
 

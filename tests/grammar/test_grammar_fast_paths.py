@@ -375,3 +375,31 @@ def test_the_lexer_space_keeps_dfas_as_arrays_not_objects():
     kept = {o.pattern for o in gc.get_objects() if type(o) is ByteDFA}
     assert not kept & set(patterns[:150])
     assert store[7].matches(b'"qq7word"')
+
+
+def test_a_plain_dfas_states_alone_are_numbered_together():
+    """The states of one plain DFA alone are interned all at once, as consecutive lexer states, the first
+    time one is asked for (by ``intern`` or a row): each keeps its components, its accepting flag and
+    its live bytes, and asking again gives the same state."""
+    d = SPACE.dfa_id('"qqblock[a-c]x|qqb"')
+    dfa = SPACE.dfas[d]
+    n = dfa.n_states
+    first = SPACE.intern(((d, 3),))
+    ids = [SPACE.intern(((d, t),)) for t in range(n)]
+    assert ids == list(range(ids[0], ids[0] + n)) and first == ids[3]
+    assert [SPACE.intern(((d, t),)) for t in range(n)] == ids
+    for t, lex in enumerate(ids):
+        assert SPACE.comps[lex] == ((d, t),)
+        assert SPACE.accepting[lex] == ((d,) if dfa.accept[t] else ())
+        assert bool(SPACE.accepting_np[lex]) == bool(dfa.accept[t])
+        assert SPACE.is_start[lex] == (t == 0)
+        live = np.flatnonzero(dfa.trans[t] >= 0).astype(np.uint8).tobytes()
+        assert SPACE.live_bytes(lex) == live
+        assert SPACE._live_bits(d, t) == sum(1 << b for b in live)
+    # a product's step to this DFA alone lands on the same numbers
+    both = SPACE.start_state([d, SPACE.dfa_id('"qqz"')])
+    after = both
+    for b in b'"qqblockb':
+        after = SPACE.step(after, b)
+    assert SPACE.comps[after] == ((d, SPACE.comps[after][0][1]),) and after in ids
+    assert list(SPACE.row(after)) == [SPACE._move(after, c) for c in range(256)]
