@@ -287,6 +287,17 @@ class LexerSpace:
         self._live_bytes[lex] = got
         return got
 
+    def walkable(self, lex: int) -> bool:
+        """Whether ``lex`` is run by a walk of the vocabulary (``walk_run``), not vectorised: few bytes
+        continue its lexeme, or many but each terminal takes few (a closed object's first key state:
+        a hundred names, ~20 first letters between them, one each). A vectorised run from there built
+        a row of the product for every name prefix a token reached (~270 rows, 20-35 ms); the walk
+        steps only the bytes tokens take."""
+        if len(self.live_bytes(lex)) <= WIDE:
+            return True
+        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
+        return all(self._live_bits(d, s).bit_count() <= WIDE for d, s in zip(flat[::2], flat[1::2]))
+
     def _live_bits(self, d: int, s: int) -> int:
         """The bytes state ``s`` of DFA ``d`` continues on, as a 256-bit int (bit b: byte b; cached)."""
         k = d << 32 | s

@@ -20,7 +20,7 @@ import torch
 from .counted import CountedDFA
 from .counted_runs import Profile, counted_run, profile
 from .errors import GrammarError
-from .lexer import DEAD, SPACE, WIDE, LexRun, Trie, groups_by_pre, lex_run, trie_run, untracked, walk_run
+from .lexer import DEAD, SPACE, LexRun, Trie, groups_by_pre, lex_run, trie_run, untracked, walk_run
 from .lexer import run as run_rows
 
 #: Version of the names in ``save_cache``'s index (2: counted DFAs' states are ``[skeleton, count]``).
@@ -180,7 +180,7 @@ class TokenizerInfo:
             return LexRun(ids, finals if finals is not None else partial(self._finals, lex), cont, cross, key)
         run = self._counted(lex)
         if run is None:
-            if len(SPACE.live_bytes(lex)) <= WIDE:
+            if SPACE.walkable(lex):
                 run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
             else:
                 trie = self.trie

@@ -403,3 +403,38 @@ def test_a_plain_dfas_states_alone_are_numbered_together():
         after = SPACE.step(after, b)
     assert SPACE.comps[after] == ((d, SPACE.comps[after][0][1]),) and after in ids
     assert list(SPACE.row(after)) == [SPACE._move(after, c) for c in range(256)]
+
+
+def test_a_closed_objects_first_key_state_is_walked(smol_info):
+    """A closed object with many names starts its key in a state that many bytes continue, but each name
+    only one: it is walked (``walkable``), not run vectorised, and the walk gives the vectorised run.
+    A string's interior (one terminal, every byte) is not walked."""
+    from radixchat.grammar.lexer import WIDE, lex_run, walk_run
+
+    names = [f"{c}{w}" for c in "abcdefghijklmnopqrstuvwxyz" for w in ("ox", "oxen", "ird")]
+    names += ["__", ".", "?"]  # tokens that close a name and go on (``__":``, ``.",``) cross it
+    g = compile_json_schema(
+        {
+            "type": "object",
+            "properties": {k: {"type": "integer"} for k in names},
+            "additionalProperties": False,
+        },
+        smol_info,
+        cache=False,
+    )
+    lex = g.feed(g.initial_stack, g.context(g.initial_stack, False)[0].lex0, b'{"')[0][1]
+    assert len(SPACE.comps[lex]) == len(names) and len(SPACE.live_bytes(lex)) > WIDE
+    assert SPACE.walkable(lex)
+    assert not SPACE.walkable(SPACE.step(SPACE.start_state([SPACE.dfa_id(r'"[^"\\]*"')]), ord('"')))
+    info = smol_info
+    a = lex_run(lex, info.text_ids, info.flat, info.starts, info.lens)
+    b = walk_run(lex, info._sorted, info._sorted_ids, info.flat, info.starts, info.lens)
+    assert dict(zip(a.inside_ids.tolist(), a.inside_final.tolist())) == dict(
+        zip(b.inside_ids.tolist(), b.inside_final.tolist())
+    )
+    assert len(a.inside_ids) > 10
+
+    def crossing(r):
+        return {(p, i, o) for p, ids, offs in r.cross for i, o in zip(ids.tolist(), offs.tolist())}
+
+    assert crossing(a) == crossing(b) and crossing(a)
