@@ -83,6 +83,8 @@ class LexerSpace:
         self._comp_live: dict[int, int] = {}
         self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
         self._moves: dict[int, int] = {}  # ``step`` of states without a row: lex << 8 | byte -> next
+        self._dominant: dict[int, int] = {}  # ``dominant``: lex -> its dominant component alone, or -1
+        self._dominant_dfa: dict[int, int] = {}  # lex -> that component's DFA
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -287,6 +289,27 @@ class LexerSpace:
         self._live_bytes[lex] = got
         return got
 
+    def dominant(self, lex: int) -> int:
+        """For a product state of one wide component (more than ``WIDE`` live bytes) next to narrow ones:
+        that component's state alone (whose trie runs ``trie_run`` derives this state's from: a key
+        family's extra key next to the names it is not); else -1 (cached)."""
+        got = self._dominant.get(lex)
+        if got is not None:
+            return got
+        got = -1
+        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
+        if len(flat) > 2:
+            wide = [(d, s) for d, s in zip(flat[::2], flat[1::2]) if self._live_bits(d, s).bit_count() > WIDE]
+            if len(wide) == 1 and self.dfas.plain[wide[0][0]]:
+                got = self._single_state(*wide[0])
+                self._dominant_dfa[lex] = wide[0][0]
+        self._dominant[lex] = got
+        return got
+
+    def _dominant_alone(self, lex: int, d0: int) -> bool:
+        """Whether ``lex`` is a state of DFA ``d0`` alone."""
+        return self._comp_at[lex + 1] - self._comp_at[lex] == 2 and self._comp_data[self._comp_at[lex]] == d0
+
     def walkable(self, lex: int) -> bool:
         """Whether ``lex`` is run by a walk of the vocabulary (``walk_run``), not vectorised: few bytes
         continue its lexeme, or many but each terminal takes few (a closed object's first key state:
@@ -455,6 +478,16 @@ class DFAStore:
         return ByteDFA.of(self.trans[d], self.accept[d], self.dist[d], self.pattern[d])
 
 
+def _bytes_of(bits: int) -> bytes:
+    """The set bits of a 256-bit int, ascending, as bytes."""
+    out = bytearray()
+    while bits:
+        low = bits & -bits
+        out.append(low.bit_length() - 1)
+        bits ^= low
+    return bytes(out)
+
+
 def _bit_indexes(bits: int) -> np.ndarray:
     """The positions of the set bits of a 256-bit int, ascending."""
     return np.flatnonzero(
@@ -620,7 +653,20 @@ class Trie:
     ``first[i + 1]`` (the vocabulary is sorted), and its subtree holds ``span[d][i]`` to
     ``span[d][i + 1]`` of level ``d``; ``memo`` keeps runs of those subtrees (see ``trie_run``)."""
 
-    __slots__ = ("byte", "parent", "off", "node", "ids", "first", "span", "memo", "memo_size", "lock", "dead")
+    __slots__ = (
+        "byte",
+        "parent",
+        "off",
+        "node",
+        "ids",
+        "toks",
+        "first",
+        "span",
+        "memo",
+        "memo_size",
+        "lock",
+        "dead",
+    )
 
     # tokens' runs kept in ``memo`` (12 bytes each); past it the least recently used subtrees go, a few at
     # a time (clearing it all at once freed ~80 runs' arrays inside one mask: ~13 ms)
@@ -658,6 +704,7 @@ class Trie:
             prev = first
         self.node = node
         self.ids = ids
+        self.toks = toks  # the tokenizer's own sorted list (``derive``'s walks bisect it)
         roots = self.byte[0] if width else np.zeros(0, np.uint8)  # tokens are never empty
         self.first = (
             np.r_[np.searchsorted(mat[:, 0], roots.astype(np.int16)), n] if n else np.zeros(1, np.int64)
@@ -686,6 +733,13 @@ def trie_run(lex: int, trie: Trie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     roots = trie.byte[0]
     after = SPACE.next_states(np.full(roots.size, lex, dtype=np.int32), roots)
     live = np.flatnonzero(after != DEAD).tolist()
+    derive = {}  # level-0 node -> the product state its subtree is derived for (``_derive``)
+    for i in live:
+        a = int(after[i])
+        dom = SPACE.dominant(a)
+        if dom >= 0:
+            derive[i] = a
+            after[i] = dom
     keys = list(zip(roots.tolist(), after.tolist()))
     found = {keys[i]: trie.memo.get(keys[i]) for i in live}  # held here: the memo may evict them meanwhile
     todo = [i for i in live if found[keys[i]] is None]
@@ -705,8 +759,71 @@ def trie_run(lex: int, trie: Trie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parts = [found[b, a] if a != DEAD else (dead[:k],) * 3 for (b, a), k in zip(keys, sizes.tolist())]
         final, death, pre = (np.concatenate([p[j] for p in parts]) for j in range(3))
     first_dies = np.repeat(after == DEAD, sizes)  # tokens whose first byte ends the lexeme (no subtree kept)
+    if derive:
+        final, death, pre = final.copy(), death.copy(), pre.copy()  # they may be the memo's views
+        for i, a in derive.items():
+            _derive(trie, a, int(trie.first[i]), int(trie.first[i + 1]), final, death, pre)
     death[first_dies], pre[first_dies] = 0, lex
     return final, death, pre
+
+
+def _derive(
+    trie: Trie, lex: int, lo: int, hi: int, final: np.ndarray, death: np.ndarray, pre: np.ndarray
+) -> None:
+    """Turn the runs of tokens ``lo:hi`` (one first byte's subtree) from the dominant component of ``lex``
+    alone (``LexerSpace.dominant``) into their runs from ``lex``, in place.
+
+    The dominant component moves the same in the product as alone, so a token's run differs only where
+    another component is still alive: where the token ends, or where it dies. A walk down the sorted
+    vocabulary follows just the bytes the other components take (a few names' next letters), and
+    writes the tokens it meets; every other token keeps the run it has. (The subtree of a name's first
+    letter in a key family stepped product states, a row each: ~60 rows of ~100 us.)"""
+    toks = trie.toks
+    d0 = SPACE._dominant_dfa[lex]
+    todo = [(lex, toks[lo][:1], lo, hi)]
+    while todo:
+        s, p, lo, hi = todo.pop()
+        d = len(p)
+        if toks[lo] == p:
+            final[lo], death[lo], pre[lo] = s, -1, 0
+            lo += 1
+            if lo >= hi:
+                continue
+        comps = SPACE.comps[s]
+        alive = any(c[0] == d0 for c in comps)
+        rest = 0
+        for dd, ss in comps:
+            if dd != d0:
+                rest |= SPACE._live_bits(dd, ss)
+        if alive:
+            # the tokens that died here alone die here in the product too, after ``s`` (unless another
+            # component takes their byte: walked below)
+            for k in (lo + np.flatnonzero(death[lo:hi] == d)).tolist():
+                if not rest >> toks[k][d] & 1:
+                    pre[k] = s
+            live_b = _bytes_of(rest)
+        else:
+            live_b = SPACE.live_bytes(s)
+        covered = lo
+        for b in live_b:
+            pb = p + _BYTE[b]
+            a = bisect_left(toks, pb, covered, hi)
+            z = bisect_left(toks, p + _BYTE[b + 1], a, hi) if b < 255 else hi
+            if a >= z:
+                continue
+            if not alive and a > covered:  # no component takes their byte: they die here
+                final[covered:a], death[covered:a], pre[covered:a] = DEAD, d, s
+            nxt = SPACE.step(s, b)
+            if alive and nxt != DEAD and SPACE._dominant_alone(nxt, d0):
+                covered = z
+                continue  # the dominant component alone from here: the run it has is right
+            if nxt == DEAD:
+                final[a:z], death[a:z], pre[a:z] = DEAD, d, s
+            else:
+                todo.append((nxt, pb, a, z))
+            covered = z
+        if not alive and covered < hi:
+            final[covered:hi], death[covered:hi], pre[covered:hi] = DEAD, d, s
 
 
 def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

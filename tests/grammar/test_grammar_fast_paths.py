@@ -438,3 +438,32 @@ def test_a_closed_objects_first_key_state_is_walked(smol_info):
         return {(p, i, o) for p, ids, offs in r.cross for i, o in zip(ids.tolist(), offs.tolist())}
 
     assert crossing(a) == crossing(b) and crossing(a)
+
+
+def test_a_key_familys_subtrees_are_derived_from_its_extra_key(smol_info, monkeypatch):
+    """In an open object's key the extra key (any string but a name) is wide and the names narrow: the
+    subtree of a name's first letter is run from the extra key alone, then walked where a name is still
+    alive (``_derive``). It must give the product's own run: tokens that end inside a name, that close
+    it and go on (``__":``, ``.",``), and that leave it."""
+    import radixchat.grammar.lexer as lexer
+
+    calls = []
+    real = lexer._derive
+    monkeypatch.setattr(lexer, "_derive", lambda *a: calls.append(a[1]) or real(*a))
+    names = ["name", "nick", "nickname", "note", "type", "t", "__", ".", "zz\u00e9"]
+    g = compile_json_schema(
+        {
+            "type": "object",
+            "properties": {k: {"type": "integer"} for k in names},
+            "additionalProperties": True,
+        },
+        smol_info,
+        cache=False,
+    )
+    lexes = set()
+    for prefix in (b'{"', b'{"n', b'{"ni', b'{"nick', b'{"t', b'{"_', b'{"zz\xc3', b'{"q'):
+        m = g.matcher()
+        m.advance_bytes(prefix)
+        lexes.update(lx for _, lx in m.configs)
+    assert _assert_trie_matches_run(smol_info, sorted(lexes)) == len(lexes)
+    assert len(calls) >= 5 and all(len(SPACE.comps[a]) > 1 for a in calls)
