@@ -99,6 +99,8 @@ class LexerSpace:
             got = self._dfa_ids.get(pattern)
             if got is None:
                 got = self._dfa_ids[pattern] = self.dfas.append(dfa)
+                if isinstance(dfa, ByteDFA) and dfa.n_states <= FEW_STATES:
+                    self._pack_live(got)  # now, with the grammar's compile, not in its first masks
         return got
 
     # -- lexer states ------------------------------------------------------------------------------
@@ -328,13 +330,19 @@ class LexerSpace:
         if m is None:
             trans = self.dfas.trans[d]
             if self.dfas.plain[d] and trans.shape[0] <= FEW_STATES:  # a small DFA: all its states at once
-                packed = np.packbits(trans >= 0, axis=1, bitorder="little").tobytes()
-                for t in range(trans.shape[0]):
-                    self._comp_live[d << 32 | t] = int.from_bytes(packed[32 * t : 32 * t + 32], "little")
+                self._pack_live(d)
                 return self._comp_live[k]
             packed = np.packbits(np.asarray(trans[s]) >= 0, bitorder="little")
             m = self._comp_live[k] = int.from_bytes(packed.tobytes(), "little")
         return m
+
+    def _pack_live(self, d: int) -> None:
+        """``_live_bits`` of every state of plain DFA ``d`` (~30 us for a name's DFA: a closed object's
+        first key state has a hundred of them, and packing them there cost its mask ~8 ms)."""
+        trans = self.dfas.trans[d]
+        packed = np.packbits(trans >= 0, axis=1, bitorder="little").tobytes()
+        for t in range(trans.shape[0]):
+            self._comp_live[d << 32 | t] = int.from_bytes(packed[32 * t : 32 * t + 32], "little")
 
     def step(self, lex: int, byte: int) -> int:
         at = self._row_at[lex]
@@ -365,7 +373,11 @@ class LexerSpace:
         flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
         out = []
         trans = self.dfas.trans
-        for d, s in zip(flat[::2], flat[1::2]):
+        pairs = zip(flat[::2], flat[1::2])
+        if len(flat) > 16:  # many terminals (an object's names): only those living on ``byte`` are read
+            live = self._comp_live
+            pairs = [(d, s) for d, s in pairs if (live.get(d << 32 | s) or self._live_bits(d, s)) >> byte & 1]
+        for d, s in pairs:
             t = int(trans[d][s][byte])
             if t >= 0:
                 out.append((d, t))
