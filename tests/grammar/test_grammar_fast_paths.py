@@ -384,6 +384,7 @@ def test_a_plain_dfas_states_alone_are_numbered_together():
     d = SPACE.dfa_id('"qqblock[a-c]x|qqb"')
     dfa = SPACE.dfas[d]
     n = dfa.n_states
+    assert all(d << 32 | t in SPACE._comp_live for t in range(n))  # packed when the DFA was made
     first = SPACE.intern(((d, 3),))
     ids = [SPACE.intern(((d, t),)) for t in range(n)]
     assert ids == list(range(ids[0], ids[0] + n)) and first == ids[3]
@@ -425,6 +426,8 @@ def test_a_closed_objects_first_key_state_is_walked(smol_info):
     lex = g.feed(g.initial_stack, g.context(g.initial_stack, False)[0].lex0, b'{"')[0][1]
     assert len(SPACE.comps[lex]) == len(names) and len(SPACE.live_bytes(lex)) > WIDE
     assert SPACE.walkable(lex)
+    # a move from this many terminals reads only those living on the byte: the same as the row's
+    assert [SPACE._move(lex, c) for c in range(256)] == list(SPACE.row(lex))
     assert not SPACE.walkable(SPACE.step(SPACE.start_state([SPACE.dfa_id(r'"[^"\\]*"')]), ord('"')))
     info = smol_info
     a = lex_run(lex, info.text_ids, info.flat, info.starts, info.lens)
