@@ -308,10 +308,6 @@ class LexerSpace:
         self._dominant[lex] = got
         return got
 
-    def _dominant_alone(self, lex: int, d0: int) -> bool:
-        """Whether ``lex`` is a state of DFA ``d0`` alone."""
-        return self._comp_at[lex + 1] - self._comp_at[lex] == 2 and self._comp_data[self._comp_at[lex]] == d0
-
     def walkable(self, lex: int) -> bool:
         """Whether ``lex`` is run by a walk of the vocabulary (``walk_run``), not vectorised: few bytes
         continue its lexeme, or many but each terminal takes few (a closed object's first key state:
@@ -825,14 +821,7 @@ def _derive(
                 continue
             if not alive and a > covered:  # no component takes their byte: they die here
                 final[covered:a], death[covered:a], pre[covered:a] = DEAD, d, s
-            nxt = SPACE.step(s, b)
-            if alive and nxt != DEAD and SPACE._dominant_alone(nxt, d0):
-                covered = z
-                continue  # the dominant component alone from here: the run it has is right
-            if nxt == DEAD:
-                final[a:z], death[a:z], pre[a:z] = DEAD, d, s
-            else:
-                todo.append((nxt, pb, a, z))
+            todo.append((SPACE.step(s, b), pb, a, z))  # another component lives on: never the dominant alone
             covered = z
         if not alive and covered < hi:
             final[covered:hi], death[covered:hi], pre[covered:hi] = DEAD, d, s
