@@ -406,6 +406,16 @@ def test_a_plain_dfas_states_alone_are_numbered_together():
     assert list(SPACE.row(after)) == [SPACE._move(after, c) for c in range(256)]
 
 
+def _integer_object(names: list[str], extra: bool, info):
+    """A compiled object schema of these integer properties, open (``extra``) or closed."""
+    schema = {
+        "type": "object",
+        "properties": {k: {"type": "integer"} for k in names},
+        "additionalProperties": extra,
+    }
+    return compile_json_schema(schema, info, cache=False)
+
+
 def test_a_closed_objects_first_key_state_is_walked(smol_info):
     """A closed object with many names starts its key in a state that many bytes continue, but each name
     only one: it is walked (``walkable``), not run vectorised, and the walk gives the vectorised run.
@@ -414,15 +424,7 @@ def test_a_closed_objects_first_key_state_is_walked(smol_info):
 
     names = [f"{c}{w}" for c in "abcdefghijklmnopqrstuvwxyz" for w in ("ox", "oxen", "ird")]
     names += ["__", ".", "?"]  # tokens that close a name and go on (``__":``, ``.",``) cross it
-    g = compile_json_schema(
-        {
-            "type": "object",
-            "properties": {k: {"type": "integer"} for k in names},
-            "additionalProperties": False,
-        },
-        smol_info,
-        cache=False,
-    )
+    g = _integer_object(names, False, smol_info)
     lex = g.feed(g.initial_stack, g.context(g.initial_stack, False)[0].lex0, b'{"')[0][1]
     assert len(SPACE.comps[lex]) == len(names) and len(SPACE.live_bytes(lex)) > WIDE
     assert SPACE.walkable(lex)
@@ -454,15 +456,7 @@ def test_a_key_familys_subtrees_are_derived_from_its_extra_key(smol_info, monkey
     real = lexer._derive
     monkeypatch.setattr(lexer, "_derive", lambda *a: calls.append(a[1]) or real(*a))
     names = ["name", "nick", "nickname", "note", "type", "t", "__", ".", "zz\u00e9"]
-    g = compile_json_schema(
-        {
-            "type": "object",
-            "properties": {k: {"type": "integer"} for k in names},
-            "additionalProperties": True,
-        },
-        smol_info,
-        cache=False,
-    )
+    g = _integer_object(names, True, smol_info)
     lexes = set()
     for prefix in (b'{"', b'{"n', b'{"ni', b'{"nick', b'{"t', b'{"_', b'{"zz\xc3', b'{"q'):
         m = g.matcher()
