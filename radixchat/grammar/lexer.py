@@ -37,7 +37,7 @@ ROW_SHIFT = 16
 ROW_CHUNK = 1 << ROW_SHIFT  # ints per array of ``LexerSpace._row_data`` (256 rows of 256)
 DEAD = 0
 _MIX = np.random.default_rng(0).integers(1, 1 << 40, size=4096) | 1  # column hashing in ``row``
-FEW_STATES = 256  # ``_live_bits`` of a plain DFA up to this many states are read for all its states at once
+FEW_STATES = 256  # a plain DFA of up to this many states has its ``_live_bits`` packed when it is made
 FEW_SHARED = 8  # ``row``: up to this many bytes that several components survive are interned one by one
 
 
@@ -84,7 +84,6 @@ class LexerSpace:
         self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
         self._moves: dict[int, int] = {}  # ``step`` of states without a row: lex << 8 | byte -> next
         self._dominant: dict[int, int] = {}  # ``dominant``: lex -> its dominant component alone, or -1
-        self._dominant_dfa: dict[int, int] = {}  # lex -> that component's DFA
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -246,9 +245,10 @@ class LexerSpace:
             self._comp_at.frombytes((self._comp_at[-1] + 2 * np.arange(1, n + 1, dtype=np.int64)).tobytes())
             self._row_at.frombytes(np.full(n, -1, dtype=np.int64).tobytes())
             acc = np.asarray(self.dfas.accept[d], dtype=bool)
-            one = self._acc_shared.get(array("i", [d]).tobytes())
+            key = array("i", [d]).tobytes()
+            one = self._acc_shared.get(key)
             if one is None:
-                one = self._acc_shared[array("i", [d]).tobytes()] = untracked((d,))
+                one = self._acc_shared[key] = untracked((d,))
             box = np.empty(2, dtype=object)
             box[0], box[1] = (), one[0]
             self.accepting.extend(box[acc.astype(np.intp)].tolist())
@@ -282,12 +282,7 @@ class LexerSpace:
             bits = 0
             for d, s in zip(flat[::2], flat[1::2]):
                 bits |= self._live_bits(d, s)
-            out = bytearray()
-            while bits:
-                low = bits & -bits
-                out.append(low.bit_length() - 1)
-                bits ^= low
-            got = bytes(out)
+            got = _bytes_of(bits)
         self._live_bytes[lex] = got
         return got
 
@@ -304,7 +299,6 @@ class LexerSpace:
             wide = [(d, s) for d, s in zip(flat[::2], flat[1::2]) if self._live_bits(d, s).bit_count() > WIDE]
             if len(wide) == 1 and self.dfas.plain[wide[0][0]]:
                 got = self._single_state(*wide[0])
-                self._dominant_dfa[lex] = wide[0][0]
         self._dominant[lex] = got
         return got
 
@@ -323,12 +317,8 @@ class LexerSpace:
         """The bytes state ``s`` of DFA ``d`` continues on, as a 256-bit int (bit b: byte b; cached)."""
         k = d << 32 | s
         m = self._comp_live.get(k)
-        if m is None:
-            trans = self.dfas.trans[d]
-            if self.dfas.plain[d] and trans.shape[0] <= FEW_STATES:  # a small DFA: all its states at once
-                self._pack_live(d)
-                return self._comp_live[k]
-            packed = np.packbits(np.asarray(trans[s]) >= 0, bitorder="little")
+        if m is None:  # a big or counted DFA's state (a small plain DFA's are packed by ``dfa_id``)
+            packed = np.packbits(np.asarray(self.dfas.trans[d][s]) >= 0, bitorder="little")
             m = self._comp_live[k] = int.from_bytes(packed.tobytes(), "little")
         return m
 
@@ -712,7 +702,7 @@ class Trie:
             prev = first
         self.node = node
         self.ids = ids
-        self.toks = toks  # the tokenizer's own sorted list (``derive``'s walks bisect it)
+        self.toks = toks  # the tokenizer's own sorted list (``_derive``'s walks bisect it)
         roots = self.byte[0] if width else np.zeros(0, np.uint8)  # tokens are never empty
         self.first = (
             np.r_[np.searchsorted(mat[:, 0], roots.astype(np.int16)), n] if n else np.zeros(1, np.int64)
@@ -787,7 +777,7 @@ def _derive(
     writes the tokens it meets; every other token keeps the run it has. (The subtree of a name's first
     letter in a key family stepped product states, a row each: ~60 rows of ~100 us.)"""
     toks = trie.toks
-    d0 = SPACE._dominant_dfa[lex]
+    d0 = SPACE.comps[SPACE.dominant(lex)][0][0]  # the dominant component's DFA
     todo = [(lex, toks[lo][:1], lo, hi)]
     while todo:
         s, p, lo, hi = todo.pop()
