@@ -78,6 +78,7 @@ class Context:
 
 
 RECENT_ENTRIES = 1024  # Entry objects a grammar keeps (see ``CompiledGrammar._recent``)
+PART_TOKENS = 8192  # ``_dropped`` reads the final states of a run this small one by one
 
 
 class CompiledGrammar:
@@ -221,6 +222,11 @@ class CompiledGrammar:
         """The tokens of ``run`` (from ``lex``) consumed inside a lexeme that only the DFAs ``drop`` keep
         alive (cached per state and drop set)."""
         got = self._drop_bad.get((lex, drop))
+        if got is None and run.inside_ids.size <= PART_TOKENS:  # a run over a few first bytes' tokens
+            finals, where = np.unique(run.inside_final, return_inverse=True)
+            comps = SPACE.comps
+            bad = np.array([all(d in drop for d, _ in comps[q]) for q in finals.tolist()], dtype=bool)
+            got = self._drop_bad[(lex, drop)] = run.inside_ids[bad[where.reshape(-1)]]
         if got is None:
             fam = self._family_finals.get(lex)
             if fam is None:
@@ -343,10 +349,23 @@ class CompiledGrammar:
                 return hit[1]
             return self._keep_recent(got, Entry(torch.from_numpy(got[0]), *got))
         info = self.info
-        run = info.lexrun(lex)
-        mask = np.zeros(info.vocab_size, dtype=bool)
-        mask[run.inside_ids] = True
         lowest = len(stack) - 1
+        base = SPACE.base(lex)
+        if base is not None:
+            # ``lex`` steps like ``base`` on all bytes but a few (inside an open object's key: the next
+            # letters of the names it is a prefix of): its mask is base's (cached per position, and
+            # its runs per grammar), but for the tokens that start with those bytes, run from ``lex``.
+            e = self.entry(stack, base[0])
+            lowest = min(lowest, len(stack) - e.depth)
+            run, redo = info.lexrun_part(lex, base[1])
+            mask = e.mask.copy()
+            mask[redo] = False
+            mask[[tid for tid, _ in self.named_special]] = False
+            mask[list(info.eos_ids)] = False
+        else:
+            run = info.lexrun(lex)
+            mask = np.zeros(info.vocab_size, dtype=bool)
+        mask[run.inside_ids] = True
         if self._families:  # the entry depends on the terminals the parser takes here
             ctx, low = self.context(stack, False)
             lowest = min(lowest, low)

@@ -84,6 +84,9 @@ class LexerSpace:
         self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
         self._moves: dict[int, int] = {}  # ``step`` of states without a row: lex << 8 | byte -> next
         self._dominant: dict[int, int] = {}  # ``dominant``: lex -> its dominant component alone, or -1
+        self._base: dict[int, tuple[int, bytes] | None] = {}  # ``base``: lex -> (state, bytes) or None
+        self._generic: dict[int, tuple[int, int]] = {}  # dfa << 32 | state -> (its generic state, diff)
+        self._row_diffs: dict[tuple[int, int, int], int] = {}  # (dfa, state, state) -> bytes they differ on
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -301,6 +304,94 @@ class LexerSpace:
                 got = self._single_state(*wide[0])
         self._dominant[lex] = got
         return got
+
+    def base(self, lex: int) -> tuple[int, bytes] | None:
+        """A state that steps like ``lex`` on every byte but a few: ``(state, those bytes)``, or None
+        (cached).
+
+        ``lex`` must be a wide plain DFA's state (alone, or ``dominant`` next to narrow components) that
+        is not accepting, and the base is that DFA's *generic* state alone: where most of the state's
+        bytes lead. Inside an open object's key, the extra key (any string but a declared name) is in a
+        state per prefix of a name, which differs from its state past every name only on that name's
+        next letter; the generic state's runs over the vocabulary are kept, and a key position's masks
+        are its masks but for the tokens that start with those few bytes (``CompiledGrammar.entry``),
+        and its subtrees in a trie run are derived from the generic state's (``trie_run``)."""
+        got = self._base.get(lex, 0)
+        if got != 0:
+            return got
+        got = None
+        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
+        wide = None
+        if len(flat) == 2:
+            if self.dfas.plain[flat[0]]:
+                wide, others = (flat[0], flat[1]), 0
+        elif self.dominant(lex) >= 0:
+            wide, others = self.comps[self.dominant(lex)][0], 0
+            for d, s in zip(flat[::2], flat[1::2]):
+                if d != wide[0]:
+                    others |= self._live_bits(d, s)
+        if wide is not None and not self._acc_np[lex]:
+            g, diff = self._generic_of(*wide)
+            if g >= 0 and (diff | others).bit_count() <= WIDE:
+                state = self._single_state(wide[0], g)
+                if not self._acc_np[state]:
+                    got = (state, _bytes_of(diff | others))
+        self._base[lex] = got
+        return got
+
+    def _generic_of(self, d: int, s: int) -> tuple[int, int]:
+        """State ``s`` of plain DFA ``d``'s generic state (where most of its live bytes lead; -1 if it is
+        ``s`` itself or ``s`` is narrow) and the bytes on which the two step differently (cached)."""
+        k = d << 32 | s
+        got = self._generic.get(k)
+        if got is None:
+            row = np.asarray(self.dfas.trans[d][s])
+            live = row[row >= 0]
+            g = -1
+            if live.size > WIDE:
+                g = int(np.bincount(live).argmax())
+            got = self._generic[k] = (g, self._row_diff(d, s, g)) if g not in (-1, s) else (-1, 0)
+        return got
+
+    def _row_diff(self, d: int, s: int, t: int) -> int:
+        """The bytes on which states ``s`` and ``t`` of plain DFA ``d`` step differently (a 256-bit int)."""
+        k = (d, s, t)
+        got = self._row_diffs.get(k)
+        if got is None:
+            trans = self.dfas.trans[d]
+            packed = np.packbits(np.asarray(trans[s]) != np.asarray(trans[t]), bitorder="little")
+            got = self._row_diffs[k] = int.from_bytes(packed.tobytes(), "little")
+        return got
+
+    def derive_base(self, lex: int) -> int:
+        """The state whose trie runs ``trie_run`` derives ``lex``'s from (``lex`` differs from it on few
+        bytes: ``diff_bits``): its ``base``, or its dominant component's, or that component alone; -1 if
+        none."""
+        dom = self.dominant(lex)
+        b = self.base(dom if dom >= 0 else lex)
+        return b[0] if b is not None else dom
+
+    def diff_bits(self, s: int, t: int) -> int:
+        """The bytes on which lexer states ``s`` and ``t`` (DEAD, or one plain DFA's state alone) may step
+        to different states, as a 256-bit int."""
+        if s == t:
+            return 0
+        flat = self._comp_data[self._comp_at[s] : self._comp_at[s + 1]]
+        if t == DEAD:
+            bits = 0
+            for d, x in zip(flat[::2], flat[1::2]):
+                bits |= self._live_bits(d, x)
+            return bits
+        ((d0, g),) = self.comps[t]
+        bits, own = 0, -1
+        for d, x in zip(flat[::2], flat[1::2]):
+            if d == d0:
+                own = x
+            else:
+                bits |= self._live_bits(d, x)
+        if own < 0:  # lost it (a declared name's closing quote, which the extra key does not take)
+            return bits | self._live_bits(d0, g)
+        return bits | self._row_diff(d0, own, g)
 
     def walkable(self, lex: int) -> bool:
         """Whether ``lex`` is run by a walk of the vocabulary (``walk_run``), not vectorised: few bytes
@@ -716,105 +807,142 @@ class Trie:
         self.dead = np.zeros(int(np.diff(self.first).max()) if n else 0, np.int32)  # DEAD (0), read-only
 
 
-def trie_run(lex: int, trie: Trie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def trie_run(
+    lex: int, trie: Trie, sel: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``run`` of every token of ``trie`` from the start of their bytes (in the order of ``trie.ids``),
-    one distinct prefix at a time.
+    one distinct prefix at a time; with ``sel`` (level-0 node indices, ascending), of the tokens of
+    those subtrees only (``trie.first[i]`` to ``trie.first[i + 1]`` for each, concatenated).
 
     A token's run after its first byte depends only on the lexer state that byte leads to, so the runs
     of each first byte's subtree are kept by (byte, state): the states inside an open object's key, say,
     differ from the plain string state in the few bytes that continue a declared name, and reuse every
-    other subtree (stepping only the subtrees not seen before: a few hundred tokens, not all ~49k)."""
+    other subtree (stepping only the subtrees not seen before: a few hundred tokens, not all ~49k).
+    A subtree whose state differs from another's on a few bytes only (``LexerSpace.derive_base``) is
+    run from that one and derived (``_derive``)."""
     if not trie.byte:
         empty = np.zeros(0, dtype=np.int32)
         return empty, empty, empty
-    SPACE.materialise(np.array([lex], dtype=np.int32))
-    roots = trie.byte[0]
-    after = SPACE.next_states(np.full(roots.size, lex, dtype=np.int32), roots)
+    if sel is None:
+        nodes = np.arange(trie.byte[0].size)
+        roots = trie.byte[0]
+        after = SPACE.next_states(np.full(roots.size, lex, dtype=np.int32), roots)
+    else:  # a few first bytes: stepped one by one (a product state's row costs ~100 us)
+        nodes = np.asarray(sel, dtype=np.int64)
+        roots = trie.byte[0][nodes]
+        after = np.array([SPACE.step(lex, b) for b in roots.tolist()], dtype=np.int32)
     live = np.flatnonzero(after != DEAD).tolist()
-    derive = {}  # level-0 node -> the product state its subtree is derived for (``_derive``)
+    derive = {}  # index in nodes -> the state its subtree is derived for (``_derive``)
     for i in live:
         a = int(after[i])
-        dom = SPACE.dominant(a)
-        if dom >= 0:
+        b = SPACE.derive_base(a)
+        if b >= 0:
             derive[i] = a
-            after[i] = dom
+            after[i] = b
     keys = list(zip(roots.tolist(), after.tolist()))
     found = {keys[i]: trie.memo.get(keys[i]) for i in live}  # held here: the memo may evict them meanwhile
     todo = [i for i in live if found[keys[i]] is None]
     _touch(trie, [k for k, v in found.items() if v is not None])
-    sizes = np.diff(trie.first)
-    if 2 * len(todo) > len(live):  # mostly new: one run of the whole trie, kept by subtree
-        final, death, pre = _levels(trie, np.arange(roots.size), after)
-        _remember(trie, live, after, (final, death, pre), trie.first[:-1])
+    sizes = np.diff(trie.first)[nodes]
+    starts = np.cumsum(sizes) - sizes  # where each subtree's tokens start in the output
+    if sel is None and 2 * len(todo) > len(live):  # mostly new: one run of the whole trie, kept by subtree
+        final, death, pre = _levels(trie, nodes, after)
+        _remember(
+            trie, [keys[i] for i in live], sizes[live].tolist(), starts[live].tolist(), (final, death, pre)
+        )
     else:
         if todo:
             sub = np.array(todo, dtype=np.int64)
-            starts = np.cumsum(sizes[sub]) - sizes[sub]
-            found.update(
-                _remember(trie, todo, after, _levels(trie, sub, after[sub]), dict(zip(todo, starts.tolist())))
-            )
+            at = np.cumsum(sizes[sub]) - sizes[sub]
+            out = _levels(trie, nodes[sub], after[sub])
+            found.update(_remember(trie, [keys[i] for i in todo], sizes[sub].tolist(), at.tolist(), out))
         dead = trie.dead
         parts = [found[b, a] if a != DEAD else (dead[:k],) * 3 for (b, a), k in zip(keys, sizes.tolist())]
-        final, death, pre = (np.concatenate([p[j] for p in parts]) for j in range(3))
+        if parts:
+            final, death, pre = (np.concatenate([p[j] for p in parts]) for j in range(3))
+        else:
+            final = death = pre = np.zeros(0, dtype=np.int32)
     first_dies = np.repeat(after == DEAD, sizes)  # tokens whose first byte ends the lexeme (no subtree kept)
     if derive:
         final, death, pre = final.copy(), death.copy(), pre.copy()  # they may be the memo's views
         for i, a in derive.items():
-            _derive(trie, a, int(trie.first[i]), int(trie.first[i + 1]), final, death, pre)
+            lo = int(trie.first[nodes[i]])
+            _derive(trie, a, int(after[i]), lo, lo + int(sizes[i]), final, death, pre, lo - int(starts[i]))
     death[first_dies], pre[first_dies] = 0, lex
     return final, death, pre
 
 
 def _derive(
-    trie: Trie, lex: int, lo: int, hi: int, final: np.ndarray, death: np.ndarray, pre: np.ndarray
+    trie: Trie,
+    lex: int,
+    base: int,
+    lo: int,
+    hi: int,
+    final: np.ndarray,
+    death: np.ndarray,
+    pre: np.ndarray,
+    shift: int = 0,
 ) -> None:
-    """Turn the runs of tokens ``lo:hi`` (one first byte's subtree) from the dominant component of ``lex``
-    alone (``LexerSpace.dominant``) into their runs from ``lex``, in place.
+    """Turn the runs of tokens ``lo:hi`` (one first byte's subtree; at ``lo - shift`` in the arrays)
+    after their first byte from lexer state ``base`` into their runs from ``lex``, in place.
 
-    The dominant component moves the same in the product as alone, so a token's run differs only where
-    another component is still alive: where the token ends, or where it dies. A walk down the sorted
-    vocabulary follows just the bytes the other components take (a few names' next letters), and
-    writes the tokens it meets; every other token keeps the run it has. (The subtree of a name's first
-    letter in a key family stepped product states, a row each: ~60 rows of ~100 us.)"""
+    The two states step alike on all bytes but a few (``LexerSpace.diff_bits``: a key family's names'
+    next letters), and so do the states they lead to on every other byte: a token's run differs only
+    where it ends or dies while the states differ. A walk down the sorted vocabulary follows just the
+    bytes they differ on, and writes the tokens it meets; every other token keeps the run it has.
+    (The subtree of a name's first letter in a key family stepped product states, a row each: ~60 rows
+    of ~100 us.)"""
     toks = trie.toks
-    d0 = SPACE.comps[SPACE.dominant(lex)][0][0]  # the dominant component's DFA
-    todo = [(lex, toks[lo][:1], lo, hi)]
+    todo = [(lex, base, 1, lo, hi)]
     while todo:
-        s, p, lo, hi = todo.pop()
-        d = len(p)
-        if toks[lo] == p:
-            final[lo], death[lo], pre[lo] = s, -1, 0
-            lo += 1
+        s, sb, d, lo, hi = todo.pop()
+        if s == sb:
+            continue
+        p = toks[lo][:d]
+        a, z = lo - shift, hi - shift
+        if len(toks[lo]) == d:  # the token that is exactly this prefix (sorted first)
+            final[a], death[a], pre[a] = s, -1, 0
+            lo, a = lo + 1, a + 1
             if lo >= hi:
                 continue
-        comps = SPACE.comps[s]
-        alive = any(c[0] == d0 for c in comps)
-        rest = 0
-        for dd, ss in comps:
-            if dd != d0:
-                rest |= SPACE._live_bits(dd, ss)
-        if alive:
-            # the tokens that died here alone die here in the product too, after ``s`` (unless another
-            # component takes their byte: walked below)
-            for k in (lo + np.flatnonzero(death[lo:hi] == d)).tolist():
-                if not rest >> toks[k][d] & 1:
+        bits = SPACE.diff_bits(s, sb)
+        if bits.bit_count() > WIDE:  # not narrow: these tokens one byte at a time
+            for k in range(lo, hi):
+                final[k - shift], death[k - shift], pre[k - shift] = _run_bytes(s, toks[k], d)
+            continue
+        if sb == DEAD:  # the base died before: they die here, but on the bytes walked below
+            final[a:z], death[a:z], pre[a:z] = DEAD, d, s
+        else:  # those that die here from the base on a byte the states step alike on die after ``s``
+            for k in (a + np.flatnonzero(death[a:z] == d)).tolist():
+                if not bits >> toks[k + shift][d] & 1:
                     pre[k] = s
-            live_b = _bytes_of(rest)
-        else:
-            live_b = SPACE.live_bytes(s)
-        covered = lo
-        for b in live_b:
+        for b in _bytes_of(bits):
             pb = p + _BYTE[b]
-            a = bisect_left(toks, pb, covered, hi)
-            z = bisect_left(toks, p + _BYTE[b + 1], a, hi) if b < 255 else hi
-            if a >= z:
+            x = bisect_left(toks, pb, lo, hi)
+            y = bisect_left(toks, p + _BYTE[b + 1], x, hi) if b < 255 else hi
+            if x >= y:
                 continue
-            if not alive and a > covered:  # no component takes their byte: they die here
-                final[covered:a], death[covered:a], pre[covered:a] = DEAD, d, s
-            todo.append((SPACE.step(s, b), pb, a, z))  # another component lives on: never the dominant alone
-            covered = z
-        if not alive and covered < hi:
-            final[covered:hi], death[covered:hi], pre[covered:hi] = DEAD, d, s
+            ns = SPACE.step(s, b)
+            if ns == DEAD:
+                final[x - shift : y - shift], death[x - shift : y - shift], pre[x - shift : y - shift] = (
+                    DEAD,
+                    d,
+                    s,
+                )
+            else:
+                todo.append((ns, SPACE.step(sb, b) if sb != DEAD else DEAD, d + 1, x, y))
+
+
+def _run_bytes(lex: int, tok: bytes, d: int) -> tuple[int, int, int]:
+    """``run`` of one token's bytes from offset ``d`` on, from ``lex``."""
+    step = SPACE.step
+    cur = lex
+    for o in range(d, len(tok)):
+        nxt = step(cur, tok[o])
+        if nxt == DEAD:
+            return DEAD, o, cur
+        cur = nxt
+    return cur, -1, 0
 
 
 def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -867,16 +995,13 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
 
 
-def _remember(trie: Trie, roots: list[int], after: np.ndarray, out: tuple[np.ndarray, ...], at) -> dict:
-    """Keep the runs of the subtrees of level-0 nodes ``roots`` (by first byte and the state after it),
-    each a read-only view of ``out`` from ``at[i]``; returns them."""
+def _remember(trie: Trie, keys: list, sizes: list[int], at: list[int], out: tuple[np.ndarray, ...]) -> dict:
+    """Keep the runs of level-0 subtrees by ``keys`` (first byte, the state after it): each the
+    ``sizes[i]`` tokens at ``at[i]`` of ``out``, as read-only views; returns them."""
     final, death, pre = out
     got = {}
     with trie.lock:
-        for i in roots:
-            k = int(trie.first[i + 1] - trie.first[i])
-            a = int(at[i])
-            key = (int(trie.byte[0][i]), int(after[i]))
+        for key, k, a in zip(keys, sizes, at):
             got[key] = run = (final[a : a + k], death[a : a + k], pre[a : a + k])
             if k > Trie.MEMO_TOKENS:
                 continue  # never kept: the memo stays within its bound
@@ -908,6 +1033,7 @@ def lex_run(
     starts: np.ndarray,
     lens: np.ndarray,
     rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    key: tuple | None = None,
 ) -> LexRun:
     """Compute the ``LexRun`` of a lexer state over the text tokens ``text_ids`` (all those whose first
     byte can continue the lexeme: the others end it before their first byte, see ``LexRun.cont``).
@@ -927,7 +1053,7 @@ def lex_run(
         for a, b in zip(np.r_[0, cuts], np.r_[cuts, cpre.size]):
             cross.append((int(cpre[a]), cid[a:b], coff[a:b]))
     cont = SPACE.cont(lex)
-    return LexRun(text_ids[inside], final[inside], cont, cross, ("x", lex))
+    return LexRun(text_ids[inside], final[inside], cont, cross, key or ("x", lex))
 
 
 _BYTE = [bytes([b]) for b in range(256)]

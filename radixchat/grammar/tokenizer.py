@@ -20,7 +20,7 @@ import torch
 from .counted import CountedDFA
 from .counted_runs import Profile, counted_run, profile
 from .errors import GrammarError
-from .lexer import DEAD, SPACE, LexRun, Trie, groups_by_pre, lex_run, trie_run, untracked, walk_run
+from .lexer import DEAD, SPACE, LexRun, Trie, _ranges, groups_by_pre, lex_run, trie_run, untracked, walk_run
 from .lexer import run as run_rows
 
 #: Version of the names in ``save_cache``'s index (2: counted DFAs' states are ``[skeleton, count]``).
@@ -117,6 +117,8 @@ class TokenizerInfo:
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
         # lexer state -> its LexRun's fields, in an ``untracked`` box (``lexrun``)
         self._runs: dict[int, np.ndarray] = {}
+        # lexer state -> its LexRun over the tokens of a few first bytes, and those tokens (``lexrun_part``)
+        self._parts: dict[int, np.ndarray] = {}
         # Built now, not at the first wide lexer state (SmolLM2: ~60 ms, which a mask would pay).
         self.trie = Trie(self._sorted, self._sorted_ids)  # the vocabulary's prefix trie (``lexer.Trie``)
         self._n_derived = 0  # runs of counted states in _runs (derived, never saved)
@@ -194,6 +196,22 @@ class TokenizerInfo:
                 self._runs[lex] = untracked(run.inside_ids, finals, run.cont, run.cross, run.key)
                 self._n_derived += run.derived
         return run
+
+    def lexrun_part(self, lex: int, first: bytes) -> tuple[LexRun, np.ndarray]:
+        """The ``LexRun`` of ``lex`` over the text tokens whose first byte is in ``first`` only, and those
+        tokens (cached per state: ``first`` must be the same each time; its groups are keyed
+        ``("xs", lex)``). For a state that steps like its ``LexerSpace.base`` on every other byte."""
+        got = self._parts.get(lex)
+        if got is None:
+            trie = self.trie
+            pick = np.zeros(256, dtype=bool)
+            pick[np.frombuffer(first, dtype=np.uint8)] = True
+            sel = np.flatnonzero(pick[trie.byte[0]])
+            ids = trie.ids[_ranges(trie.first[sel], trie.first[sel + 1])]
+            run = lex_run(lex, ids, self.flat, self.starts, self.lens, trie_run(lex, trie, sel), ("xs", lex))
+            got = self._parts[lex] = untracked(run.inside_ids, run.inside_final, run.cont, run.cross, ids)
+        inside, finals, cont, cross, ids = got
+        return LexRun(inside, finals, cont, cross, ("xs", lex)), ids
 
     def _finals(self, lex: int) -> np.ndarray:
         return self._counted(lex).inside_final

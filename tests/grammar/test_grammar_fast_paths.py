@@ -464,3 +464,79 @@ def test_a_key_familys_subtrees_are_derived_from_its_extra_key(smol_info, monkey
         lexes.update(lx for _, lx in m.configs)
     assert _assert_trie_matches_run(smol_info, sorted(lexes)) == len(lexes)
     assert len(calls) >= 5 and all(len(SPACE.comps[a]) > 1 for a in calls)
+
+
+def test_a_key_positions_masks_derived_from_its_generic_state_are_exact(
+    smol_tokenizer, smol_info, monkeypatch
+):
+    """Inside an open object's key, a state is the extra key's generic state (past every name) but for a
+    few next letters: its mask is the generic state's with those letters' tokens run again
+    (``LexerSpace.base``, ``TokenizerInfo.lexrun_part``), and a subtree's runs are derived from the
+    generic state's (``_derive``). Every mask along instances, byte by byte and token by token, must
+    equal the mask of the same grammar compiled with neither (a tokenizer of its own, whose runs step
+    every token vectorised)."""
+    import radixchat.grammar.lexer as lexer
+    from radixchat.grammar import TokenizerInfo
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "nick": {"type": "integer"},
+            "nickname": {"type": "string"},
+            "name": {"type": "integer"},
+            'a"b': {"type": "integer"},
+            "zz\u00e9": {"type": "integer"},
+            "inner": {"type": "object", "properties": {"nickel": {"type": "integer"}}},
+        },
+        "required": ["nick"],
+    }
+    texts = [
+        '{"nickname":"x","nick":1,"nicknamed":2,"name":3}',
+        '{"nick":1,"na":2,"a\\"b":3,"a\\"bc":4,"zz\u00e9":5,"zz\u00e9\u00e9":6}',
+        '{"inner":{"nickel":1,"nick":2},"nick":3,"nickel":{"x":[1]}}',
+    ]
+    kw = {"cache": False, "additional_properties": "true", "property_order": "any"}
+    g = compile_json_schema(schema, smol_info, **kw)
+    plain = TokenizerInfo(smol_info.token_bytes, vocab_size=smol_info.vocab_size, eos_ids=smol_info.eos_ids)
+    byte_ids = {b: i for i, b in enumerate(smol_info.token_bytes) if b is not None and len(b) == 1}
+    with monkeypatch.context() as mp:
+        mp.setattr(SPACE, "base", lambda lex: None)
+        mp.setattr(SPACE, "derive_base", lambda lex: -1)
+        mp.setattr(
+            lexer,
+            "trie_run",
+            lambda lex, trie, sel=None: run(
+                lex, trie.ids, np.zeros_like(trie.ids), plain.flat, plain.starts, plain.lens
+            ),
+        )
+        mp.setattr("radixchat.grammar.tokenizer.trie_run", lexer.trie_run)
+        ref = compile_json_schema(schema, plain, **kw)
+        want = []
+        for text in texts:
+            for ids in (
+                smol_tokenizer.encode(text, add_special_tokens=False),
+                [byte_ids[bytes([b])] for b in text.encode()],
+            ):
+                m = ref.matcher()
+                for t in ids:
+                    want.append(m.allowed().numpy().copy())
+                    m.advance(t)
+                want.append(m.allowed().numpy().copy())
+    calls = []
+    real = SPACE.base
+    monkeypatch.setattr(SPACE, "base", lambda lex: calls.append(lex) or real(lex))
+    got = []
+    for text in texts:
+        for ids in (
+            smol_tokenizer.encode(text, add_special_tokens=False),
+            [byte_ids[bytes([b])] for b in text.encode()],
+        ):
+            m = g.matcher()
+            for t in ids:
+                got.append(m.allowed().numpy().copy())
+                m.advance(t)
+            got.append(m.allowed().numpy().copy())
+    assert len(got) == len(want) > 200
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert np.array_equal(a, b), k
+    assert sum(real(lx) is not None for lx in set(calls)) >= 10  # the derived path ran
