@@ -222,6 +222,8 @@ class CompiledGrammar:
         """The tokens of ``run`` (from ``lex``) consumed inside a lexeme that only the DFAs ``drop`` keep
         alive (cached per state and drop set)."""
         got = self._drop_bad.get((lex, drop))
+        if got is None and not any(d in drop for d, _ in SPACE.comps[lex]):  # then neither is any after it
+            got = self._drop_bad[(lex, drop)] = run.inside_ids[:0]
         if got is None and run.inside_ids.size <= PART_TOKENS:  # a run over a few first bytes' tokens
             finals, where = np.unique(run.inside_final, return_inverse=True)
             comps = SPACE.comps
@@ -412,8 +414,9 @@ class CompiledGrammar:
     def _group_allowed(self, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarray):
         """Rows ``(ids, offs)`` whose lexeme ended in accepting ``pre``: which token ids can go on.
 
-        Cached per group ``key`` (which fixes the rows) and the top of the stack read."""
-        got = self._groups.get(key, stack)
+        Cached per group ``key`` (which fixes the rows; twins' runs share it), ``pre`` and the top of the
+        stack read."""
+        got = self._groups.get((key, pre), stack)
         if got is not None:
             return got[0], len(stack) - got[1]
         nxt, lowest = self.after_lexeme(stack, pre)
@@ -427,7 +430,7 @@ class CompiledGrammar:
                 parts.append(sub)
         ok = parts[-1] if len(parts) == 2 else np.unique(np.concatenate(parts))
         lowest = max(lowest, 0)
-        self._groups.put(key, stack, lowest, (ok, len(stack) - lowest))
+        self._groups.put((key, pre), stack, lowest, (ok, len(stack) - lowest))
         return ok, lowest
 
     # -- completion costs (budget steering) ----------------------------------------------------------

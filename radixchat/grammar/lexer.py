@@ -38,6 +38,7 @@ ROW_CHUNK = 1 << ROW_SHIFT  # ints per array of ``LexerSpace._row_data`` (256 ro
 DEAD = 0
 _MIX = np.random.default_rng(0).integers(1, 1 << 40, size=4096) | 1  # column hashing in ``row``
 FEW_STATES = 256  # a plain DFA of up to this many states has its ``_live_bits`` packed when it is made
+TWIN_STATES = 64  # ``LexerSpace.canon`` compares the futures of states that reach at most this many
 FEW_SHARED = 8  # ``row``: up to this many bytes that several components survive are interned one by one
 
 
@@ -87,6 +88,13 @@ class LexerSpace:
         self._base: dict[int, tuple[int, bytes] | None] = {}  # ``base``: lex -> (state, bytes) or None
         self._generic: dict[int, tuple[int, int]] = {}  # dfa << 32 | state -> (its generic state, diff)
         self._row_diffs: dict[tuple[int, int, int], int] = {}  # (dfa, state, state) -> bytes they differ on
+        # ``canon``: lex -> its twin; a future's code -> the first state seen with it, and its states in
+        # the code's order; (twin, lex) -> ``twin_map``
+        self._canon_of: dict[int, int] = {}
+        self._canon_by_code: dict[bytes, int] = {}
+        self._code_order: dict[int, np.ndarray] = {}
+        self._twin_maps: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+        self._twin_root: dict[int, tuple[int, int]] = {}  # lex -> the pair of states its twin was found by
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -361,6 +369,81 @@ class LexerSpace:
             trans = self.dfas.trans[d]
             packed = np.packbits(np.asarray(trans[s]) != np.asarray(trans[t]), bitorder="little")
             got = self._row_diffs[k] = int.from_bytes(packed.tobytes(), "little")
+        return got
+
+    def canon(self, lex: int) -> int:
+        """A state whose future is ``lex``'s, up to the names of states: its *twin* (``lex`` itself if
+        none; cached). For one plain DFA's state alone that reaches at most ``TWIN_STATES``.
+
+        Every open object's extra key is its own DFA (any string but its names), but past the names they
+        all go on alike (a JSON string's interior): runs are kept by twin, and a twin's run is renamed
+        (``twin_map``) instead of running the vocabulary again (~3-5 ms for each object's first key).
+        The first state seen with a future is its twin, and so are the states it reaches for the states
+        that a later one reaches (in the same place of their breadth-first orders)."""
+        got = self._canon_of.get(lex)
+        if got is not None:
+            return got
+        got = lex
+        flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
+        if len(flat) == 2 and self.dfas.plain[flat[0]]:
+            code, order = self._future_code(flat[0], flat[1])
+            if code is not None:
+                got = self._canon_by_code.setdefault(code, lex)
+                ids = self._single_map(flat[0])[order + 1].tolist()
+                self._code_order[lex] = order
+                if got == lex:  # the first: the states it reaches are their own twins
+                    for x in ids:
+                        self._canon_of.setdefault(x, x)
+                else:
+                    twin = self._single_map(self.comps[got][0][0])[self._code_order[got] + 1].tolist()
+                    for x, x0 in zip(ids, twin):
+                        if x not in self._canon_of:
+                            self._canon_of[x] = x0
+                            self._twin_root[x] = (got, lex)
+        self._canon_of[lex] = got
+        self._twin_root.setdefault(lex, (got, lex))
+        return got
+
+    def _future_code(self, d: int, s: int) -> tuple[bytes | None, np.ndarray]:
+        """The states state ``s`` of plain DFA ``d`` reaches, in breadth-first order (bytes ascending),
+        and a code of them: each one's row in their numbers, and whether it accepts (None past
+        ``TWIN_STATES``). Two minimal DFAs' states have equal codes iff their futures are equal."""
+        trans = np.asarray(self.dfas.trans[d])
+        seen = np.zeros(trans.shape[0], dtype=bool)
+        seen[s] = True
+        order = [np.array([s], dtype=np.int64)]
+        frontier, n = order[0], 1
+        while frontier.size:
+            t = trans[frontier].ravel()
+            t = t[t >= 0]
+            t = t[~seen[t]]
+            if not t.size:
+                break
+            _, at = np.unique(t, return_index=True)
+            frontier = t[np.sort(at)].astype(np.int64)  # new states, in the order they are first met
+            n += frontier.size
+            if n > TWIN_STATES:
+                return None, frontier
+            seen[frontier] = True
+            order.append(frontier)
+        states = np.concatenate(order)
+        num = np.full(trans.shape[0] + 1, -1, dtype=np.int16)
+        num[states] = np.arange(states.size)
+        rows = num[trans[states]]  # -1 (dead) reads num's last slot: -1
+        return rows.tobytes() + np.asarray(self.dfas.accept[d], dtype=bool)[states].tobytes(), states
+
+    def twin_map(self, lex: int) -> tuple[int, np.ndarray]:
+        """``(first, table)``: state ``x`` of the runs of ``lex``'s twin (DEAD, or a state of its DFA
+        alone that it reaches) is ``lex``'s state ``table[x - first + 1]`` (``table[0]`` is DEAD)."""
+        root = self._twin_root[lex]
+        got = self._twin_maps.get(root)
+        if got is None:
+            twin, other = root
+            (d0, _), (d1, _) = self.comps[twin][0], self.comps[other][0]
+            first = int(self._single_map(d0)[1])
+            table = np.full(self.dfas.trans[d0].shape[0] + 1, DEAD, dtype=np.int32)
+            table[self._code_order[twin] + 1] = self._single_map(d1)[self._code_order[other] + 1]
+            got = self._twin_maps[root] = (first, table)
         return got
 
     def derive_base(self, lex: int) -> int:
@@ -833,20 +916,30 @@ def trie_run(
         after = np.array([SPACE.step(lex, b) for b in roots.tolist()], dtype=np.int32)
     live = np.flatnonzero(after != DEAD).tolist()
     derive = {}  # index in nodes -> the state its subtree is derived for (``_derive``)
+    twins: dict[int, list[int]] = {}  # state -> indexes in nodes whose runs are its twin's, renamed
+    start_at = after.copy()  # the states runs start from: a twin's, where the memo keeps it
+    plan: dict[int, tuple[int, int]] = {}  # state -> (its derivation base or -1, the twin run from)
     for i in live:
         a = int(after[i])
-        b = SPACE.derive_base(a)
+        got = plan.get(a)
+        if got is None:
+            b = SPACE.derive_base(a)
+            got = plan[a] = (b, SPACE.canon(b if b >= 0 else a))
+        b, c = got
         if b >= 0:
             derive[i] = a
-            after[i] = b
-    keys = list(zip(roots.tolist(), after.tolist()))
+            after[i] = a = b
+        if c != a:
+            twins.setdefault(a, []).append(i)
+        start_at[i] = c
+    keys = list(zip(roots.tolist(), start_at.tolist()))
     found = {keys[i]: trie.memo.get(keys[i]) for i in live}  # held here: the memo may evict them meanwhile
     todo = [i for i in live if found[keys[i]] is None]
     _touch(trie, [k for k, v in found.items() if v is not None])
     sizes = np.diff(trie.first)[nodes]
     starts = np.cumsum(sizes) - sizes  # where each subtree's tokens start in the output
     if sel is None and 2 * len(todo) > len(live):  # mostly new: one run of the whole trie, kept by subtree
-        final, death, pre = _levels(trie, nodes, after)
+        final, death, pre = _levels(trie, nodes, start_at)
         _remember(
             trie, [keys[i] for i in live], sizes[live].tolist(), starts[live].tolist(), (final, death, pre)
         )
@@ -854,7 +947,7 @@ def trie_run(
         if todo:
             sub = np.array(todo, dtype=np.int64)
             at = np.cumsum(sizes[sub]) - sizes[sub]
-            out = _levels(trie, nodes[sub], after[sub])
+            out = _levels(trie, nodes[sub], start_at[sub])
             found.update(_remember(trie, [keys[i] for i in todo], sizes[sub].tolist(), at.tolist(), out))
         dead = trie.dead
         parts = [found[b, a] if a != DEAD else (dead[:k],) * 3 for (b, a), k in zip(keys, sizes.tolist())]
@@ -863,8 +956,16 @@ def trie_run(
         else:
             final = death = pre = np.zeros(0, dtype=np.int32)
     first_dies = np.repeat(after == DEAD, sizes)  # tokens whose first byte ends the lexeme (no subtree kept)
-    if derive:
+    if derive or twins:
         final, death, pre = final.copy(), death.copy(), pre.copy()  # they may be the memo's views
+    for a, idx in twins.items():  # a twin's states renamed
+        first, table = SPACE.twin_map(a)
+        sub = np.array(idx, dtype=np.int64)
+        pos = _ranges(starts[sub], starts[sub] + sizes[sub])
+        for arr in (final, pre):
+            x = arr[pos]
+            arr[pos] = table[np.where(x == DEAD, 0, x - first + 1)]
+    if derive:
         for i, a in derive.items():
             lo = int(trie.first[nodes[i]])
             _derive(trie, a, int(after[i]), lo, lo + int(sizes[i]), final, death, pre, lo - int(starts[i]))

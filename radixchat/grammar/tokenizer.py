@@ -181,7 +181,13 @@ class TokenizerInfo:
             ids, finals, cont, cross, key = got
             return LexRun(ids, finals if finals is not None else partial(self._finals, lex), cont, cross, key)
         run = self._counted(lex)
-        if run is None:
+        twin = SPACE.canon(lex) if run is None else lex
+        if twin != lex and twin in self._runs:  # its twin's run, states renamed (``LexerSpace.canon``)
+            ids, finals, cont, cross, key = self._runs[twin]
+            first, table = SPACE.twin_map(lex)
+            cross = [(int(table[p - first + 1]), i, o) for p, i, o in cross]
+            run = LexRun(ids, table[finals - first + 1], cont, cross, key)
+        elif run is None:
             if SPACE.walkable(lex):
                 run = walk_run(lex, self._sorted, self._sorted_ids, self.flat, self.starts, self.lens)
             else:

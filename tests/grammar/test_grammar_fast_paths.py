@@ -540,3 +540,46 @@ def test_a_key_positions_masks_derived_from_its_generic_state_are_exact(
     for k, (a, b) in enumerate(zip(got, want)):
         assert np.array_equal(a, b), k
     assert sum(real(lx) is not None for lx in set(calls)) >= 10  # the derived path ran
+
+
+def test_extra_keys_past_their_names_run_as_twins(smol_info, monkeypatch):
+    """Two open objects' extra keys are different DFAs (each excludes its own names), but past the names
+    both are a JSON string's interior: the same future, so one's runs are the other's with its states
+    renamed (``LexerSpace.canon``, ``twin_map``). The renamed runs must be the state's own run; a value
+    string's interior (other escapes) is not their twin."""
+    from radixchat.grammar.lexer import lex_run
+
+    info = smol_info
+    states = []
+    for names in (["alpha", "beta"], ["gamma", "delta", "x"]):
+        g = _integer_object(names, True, info)
+        m = g.matcher()
+        m.advance_bytes(b'{"zq')
+        ((_, lex),) = m.configs
+        assert len(SPACE.comps[lex]) == 1
+        states.append(lex)
+    a, b = states
+    assert a != b and SPACE.comps[a][0][0] != SPACE.comps[b][0][0]
+    assert SPACE.canon(a) == SPACE.canon(b)
+    value = compile_grammar('start: STR\nSTR: /"[^"\\\\]*"/', info)
+    m = value.matcher()
+    m.advance_bytes(b'"zq')
+    assert SPACE.canon(m.configs[0][1]) != SPACE.canon(a)
+    renamed = []
+    real = SPACE.twin_map
+    monkeypatch.setattr(SPACE, "twin_map", lambda lex: renamed.append(lex) or real(lex))
+    assert _assert_trie_matches_run(info, [a, b]) == 2
+    for lex in (a, b):
+        want = lex_run(lex, info.trie.ids, info.flat, info.starts, info.lens)
+        got = info.lexrun(lex)
+        order = np.argsort(got.inside_ids, kind="stable")
+        np.testing.assert_array_equal(np.sort(want.inside_ids), got.inside_ids[order])
+        np.testing.assert_array_equal(
+            want.inside_final[np.argsort(want.inside_ids, kind="stable")], got.inside_final[order]
+        )
+
+        def crossing(r):
+            return {(p, i, o) for p, ids, offs in r.cross for i, o in zip(ids.tolist(), offs.tolist())}
+
+        assert crossing(got) == crossing(want) and crossing(want)
+    assert b in renamed  # b's runs are a's renamed (or both an earlier twin's)
