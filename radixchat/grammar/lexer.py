@@ -85,16 +85,20 @@ class LexerSpace:
         self._single: dict[int, np.ndarray] = {}  # plain DFA id -> lexer state of each of its states + 1
         self._moves: dict[int, int] = {}  # ``step`` of states without a row: lex << 8 | byte -> next
         self._dominant: dict[int, int] = {}  # ``dominant``: lex -> its dominant component alone, or -1
-        self._base: dict[int, tuple[int, bytes] | None] = {}  # ``base``: lex -> (state, bytes) or None
-        self._generic: dict[int, tuple[int, int]] = {}  # dfa << 32 | state -> (its generic state, diff)
-        self._row_diffs: dict[tuple[int, int, int], int] = {}  # (dfa, state, state) -> bytes they differ on
+        # Caches of ints and bytes only (a tuple in a long-lived dict has every full collection walk it:
+        # see ``untracked``). ``base``: lex -> its state (-1: none) and bytes; ``_generic_of``:
+        # dfa << 32 | state -> diff << 32 | generic state + 1; ``_row_diff``: dfa << 48 | s << 24 | t -> bits
+        self._base_state: dict[int, int] = {}
+        self._base_bytes: dict[int, bytes] = {}
+        self._generic: dict[int, int] = {}
+        self._row_diffs: dict[int, int] = {}
         # ``canon``: lex -> its twin; a future's code -> the first state seen with it, and its states in
         # the code's order; (twin, lex) -> ``twin_map``
         self._canon_of: dict[int, int] = {}
         self._canon_by_code: dict[bytes, int] = {}
         self._code_order: dict[int, np.ndarray] = {}
-        self._twin_maps: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
-        self._twin_root: dict[int, tuple[int, int]] = {}  # lex -> the pair of states its twin was found by
+        self._twin_maps: dict[int, np.ndarray] = {}  # twin << 32 | other -> untracked(first, table)
+        self._twin_root: dict[int, int] = {}  # lex -> the pair of states its twin was found by (as above)
 
     # -- DFAs --------------------------------------------------------------------------------------
 
@@ -324,9 +328,9 @@ class LexerSpace:
         next letter; the generic state's runs over the vocabulary are kept, and a key position's masks
         are its masks but for the tokens that start with those few bytes (``CompiledGrammar.entry``),
         and its subtrees in a trie run are derived from the generic state's (``trie_run``)."""
-        got = self._base.get(lex, 0)
-        if got != 0:
-            return got
+        state = self._base_state.get(lex)
+        if state is not None:
+            return (state, self._base_bytes[lex]) if state >= 0 else None
         got = None
         flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
         wide = None
@@ -339,12 +343,13 @@ class LexerSpace:
                 if d != wide[0]:
                     others |= self._live_bits(d, s)
         if wide is not None and not self._acc_np[lex]:
-            g, diff = self._generic_of(*wide)
+            g, diff = self._generic_of(wide[0], wide[1])
             if g >= 0 and (diff | others).bit_count() <= WIDE:
                 state = self._single_state(wide[0], g)
                 if not self._acc_np[state]:
                     got = (state, _bytes_of(diff | others))
-        self._base[lex] = got
+        self._base_bytes[lex] = got[1] if got else b""
+        self._base_state[lex] = got[0] if got else -1
         return got
 
     def _generic_of(self, d: int, s: int) -> tuple[int, int]:
@@ -355,15 +360,13 @@ class LexerSpace:
         if got is None:
             row = np.asarray(self.dfas.trans[d][s])
             live = row[row >= 0]
-            g = -1
-            if live.size > WIDE:
-                g = int(np.bincount(live).argmax())
-            got = self._generic[k] = (g, self._row_diff(d, s, g)) if g not in (-1, s) else (-1, 0)
-        return got
+            g = int(np.bincount(live).argmax()) if live.size > WIDE else -1
+            got = self._generic[k] = (self._row_diff(d, s, g) << 32 | g + 1) if g not in (-1, s) else 0
+        return (got & 0xFFFFFFFF) - 1, got >> 32
 
     def _row_diff(self, d: int, s: int, t: int) -> int:
         """The bytes on which states ``s`` and ``t`` of plain DFA ``d`` step differently (a 256-bit int)."""
-        k = (d, s, t)
+        k = d << 48 | s << 24 | t
         got = self._row_diffs.get(k)
         if got is None:
             trans = self.dfas.trans[d]
@@ -399,9 +402,9 @@ class LexerSpace:
                     for x, x0 in zip(ids, twin):
                         if x not in self._canon_of:
                             self._canon_of[x] = x0
-                            self._twin_root[x] = (got, lex)
+                            self._twin_root[x] = got << 32 | lex
         self._canon_of[lex] = got
-        self._twin_root.setdefault(lex, (got, lex))
+        self._twin_root.setdefault(lex, got << 32 | lex)
         return got
 
     def _future_code(self, d: int, s: int) -> tuple[bytes | None, np.ndarray]:
@@ -438,13 +441,13 @@ class LexerSpace:
         root = self._twin_root[lex]
         got = self._twin_maps.get(root)
         if got is None:
-            twin, other = root
+            twin, other = root >> 32, root & 0xFFFFFFFF
             (d0, _), (d1, _) = self.comps[twin][0], self.comps[other][0]
             first = int(self._single_map(d0)[1])
             table = np.full(self.dfas.trans[d0].shape[0] + 1, DEAD, dtype=np.int32)
             table[self._code_order[twin] + 1] = self._single_map(d1)[self._code_order[other] + 1]
-            got = self._twin_maps[root] = (first, table)
-        return got
+            got = self._twin_maps[root] = untracked(first, table)
+        return got[0], got[1]
 
     def derive_base(self, lex: int) -> int:
         """The state whose trie runs ``trie_run`` derives ``lex``'s from (``lex`` differs from it on few
@@ -884,7 +887,8 @@ class Trie:
         self.span = [np.arange(roots.size + 1)] if width else []
         for d in range(1, width):  # a level's nodes are in token order: each subtree's are contiguous
             self.span.append(np.searchsorted(self.parent[d], self.span[-1]))
-        self.memo: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # (state << 8 | first byte) -> untracked(final, death, pre): ints and boxes only (``untracked``)
+        self.memo: dict[int, np.ndarray] = {}
         self.memo_size = 0
         self.lock = threading.Lock()
         self.dead = np.zeros(int(np.diff(self.first).max()) if n else 0, np.int32)  # DEAD (0), read-only
@@ -932,7 +936,7 @@ def trie_run(
         if c != a:
             twins.setdefault(a, []).append(i)
         start_at[i] = c
-    keys = list(zip(roots.tolist(), start_at.tolist()))
+    keys = (start_at.astype(np.int64) << 8 | roots).tolist()
     found = {keys[i]: trie.memo.get(keys[i]) for i in live}  # held here: the memo may evict them meanwhile
     todo = [i for i in live if found[keys[i]] is None]
     _touch(trie, [k for k, v in found.items() if v is not None])
@@ -950,7 +954,10 @@ def trie_run(
             out = _levels(trie, nodes[sub], start_at[sub])
             found.update(_remember(trie, [keys[i] for i in todo], sizes[sub].tolist(), at.tolist(), out))
         dead = trie.dead
-        parts = [found[b, a] if a != DEAD else (dead[:k],) * 3 for (b, a), k in zip(keys, sizes.tolist())]
+        parts = [
+            found[key] if a != DEAD else (dead[:k],) * 3
+            for key, a, k in zip(keys, after.tolist(), sizes.tolist())
+        ]
         if parts:
             final, death, pre = (np.concatenate([p[j] for p in parts]) for j in range(3))
         else:
@@ -1097,13 +1104,13 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _remember(trie: Trie, keys: list, sizes: list[int], at: list[int], out: tuple[np.ndarray, ...]) -> dict:
-    """Keep the runs of level-0 subtrees by ``keys`` (first byte, the state after it): each the
-    ``sizes[i]`` tokens at ``at[i]`` of ``out``, as read-only views; returns them."""
+    """Keep the runs of level-0 subtrees by ``keys`` (state << 8 | first byte): each the ``sizes[i]``
+    tokens at ``at[i]`` of ``out``, as read-only views in an ``untracked`` box; returns them."""
     final, death, pre = out
     got = {}
     with trie.lock:
         for key, k, a in zip(keys, sizes, at):
-            got[key] = run = (final[a : a + k], death[a : a + k], pre[a : a + k])
+            got[key] = run = untracked(final[a : a + k], death[a : a + k], pre[a : a + k])
             if k > Trie.MEMO_TOKENS:
                 continue  # never kept: the memo stays within its bound
             memo = trie.memo

@@ -292,7 +292,12 @@ def _object_rules(
         w.rule(name, alts)
         return name
 
-    return _braced(w, base, S(0, 0))
+    try:
+        return _braced(w, base, S(0, 0))
+    finally:
+        # the recursive closures hold themselves (and the writer's rules): unbound now, they go with
+        # this call, not with the next full collection (each schema left ~2.7k cyclic objects)
+        S = tail = nxt_count = None  # noqa: F841
 
 
 def _any_order_rules(
@@ -334,7 +339,10 @@ def _any_order_rules(
         w.rule(name, alts)
         return name
 
-    return _braced(w, base, A(0, 0))
+    try:
+        return _braced(w, base, A(0, 0))
+    finally:
+        A = None  # noqa: F841 (a recursive closure: see _object_rules)
 
 
 def array_shape(comp, schema: dict, path: str, sh) -> None:
