@@ -654,13 +654,22 @@ class DFAStore:
 
 
 def _bytes_of(bits: int) -> bytes:
-    """The set bits of a 256-bit int, ascending, as bytes."""
-    out = bytearray()
-    while bits:
-        low = bits & -bits
-        out.append(low.bit_length() - 1)
-        bits ^= low
-    return bytes(out)
+    """The set bits of a 256-bit int, ascending, as bytes (cached: the same sets come back)."""
+    got = _BYTES_OF.get(bits)
+    if got is None:
+        out = bytearray()
+        b = bits
+        while b:
+            low = b & -b
+            out.append(low.bit_length() - 1)
+            b ^= low
+        if len(_BYTES_OF) >= 1 << 16:
+            _BYTES_OF.clear()
+        got = _BYTES_OF[bits] = bytes(out)
+    return got
+
+
+_BYTES_OF: dict[int, bytes] = {}
 
 
 def _bit_indexes(bits: int) -> np.ndarray:
