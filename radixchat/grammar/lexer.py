@@ -977,7 +977,7 @@ def trie_run(
     for a, idx in twins.items():  # a twin's states renamed
         first, table = SPACE.twin_map(a)
         sub = np.array(idx, dtype=np.int64)
-        pos = _ranges(starts[sub], starts[sub] + sizes[sub])
+        pos = concat_ranges(starts[sub], starts[sub] + sizes[sub])
         for arr in (final, pre):
             x = arr[pos]
             arr[pos] = table[np.where(x == DEAD, 0, x - first + 1)]
@@ -1080,7 +1080,9 @@ def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarr
         if whole:
             nxt, at = None, trie.parent[d]
         else:
-            nxt = _ranges(trie.span[d][roots], trie.span[d][roots + 1])  # the subtrees' nodes of level d
+            nxt = concat_ranges(
+                trie.span[d][roots], trie.span[d][roots + 1]
+            )  # the subtrees' nodes of level d
             if not nxt.size:
                 break
             at = np.searchsorted(idx, trie.parent[d][nxt])  # each node's parent among the last level's
@@ -1102,11 +1104,11 @@ def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarr
         g = slice(trie.off[d], trie.off[d + 1]) if nxt is None else trie.off[d] + nxt
         out_states[g], out_deaths[g], out_pres[g] = cur, pd, pp
         idx, ps = nxt, cur
-    node = trie.node if whole else trie.node[_ranges(trie.first[roots], trie.first[roots + 1])]
+    node = trie.node if whole else trie.node[concat_ranges(trie.first[roots], trie.first[roots + 1])]
     return out_states[node], out_deaths[node], out_pres[node]
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """The integers of the ranges ``lo[i]`` to ``hi[i]``, concatenated."""
     sizes = hi - lo
     return np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)

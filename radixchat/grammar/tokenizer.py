@@ -20,7 +20,18 @@ import torch
 from .counted import CountedDFA
 from .counted_runs import Profile, counted_run, profile
 from .errors import GrammarError
-from .lexer import DEAD, SPACE, LexRun, Trie, _ranges, groups_by_pre, lex_run, trie_run, untracked, walk_run
+from .lexer import (
+    DEAD,
+    SPACE,
+    LexRun,
+    Trie,
+    concat_ranges,
+    groups_by_pre,
+    lex_run,
+    trie_run,
+    untracked,
+    walk_run,
+)
 from .lexer import run as run_rows
 
 #: Version of the names in ``save_cache``'s index (2: counted DFAs' states are ``[skeleton, count]``).
@@ -213,7 +224,7 @@ class TokenizerInfo:
             pick = np.zeros(256, dtype=bool)
             pick[np.frombuffer(first, dtype=np.uint8)] = True
             sel = np.flatnonzero(pick[trie.byte[0]])
-            ids = trie.ids[_ranges(trie.first[sel], trie.first[sel + 1])]
+            ids = trie.ids[concat_ranges(trie.first[sel], trie.first[sel + 1])]
             run = lex_run(lex, ids, self.flat, self.starts, self.lens, trie_run(lex, trie, sel), ("xs", lex))
             got = self._parts[lex] = untracked(run.inside_ids, run.inside_final, run.cont, run.cross, ids)
         inside, finals, cont, cross, ids = got

@@ -532,6 +532,22 @@ def test_a_key_positions_masks_derived_from_its_generic_state_are_exact(
     g = compile_json_schema(schema, smol_info, **kw)
     plain = TokenizerInfo(smol_info.token_bytes, vocab_size=smol_info.vocab_size, eos_ids=smol_info.eos_ids)
     byte_ids = {b: i for i, b in enumerate(smol_info.token_bytes) if b is not None and len(b) == 1}
+
+    def masks_along(grammar) -> list[np.ndarray]:
+        """Every mask along each text, tokenized by the tokenizer and byte by byte."""
+        out = []
+        for text in texts:
+            for ids in (
+                smol_tokenizer.encode(text, add_special_tokens=False),
+                [byte_ids[bytes([b])] for b in text.encode()],
+            ):
+                m = grammar.matcher()
+                for t in ids:
+                    out.append(m.allowed().numpy().copy())
+                    m.advance(t)
+                out.append(m.allowed().numpy().copy())
+        return out
+
     with monkeypatch.context() as mp:
         mp.setattr(SPACE, "base", lambda lex: None)
         mp.setattr(SPACE, "derive_base", lambda lex: -1)
@@ -543,32 +559,11 @@ def test_a_key_positions_masks_derived_from_its_generic_state_are_exact(
             ),
         )
         mp.setattr("radixchat.grammar.tokenizer.trie_run", lexer.trie_run)
-        ref = compile_json_schema(schema, plain, **kw)
-        want = []
-        for text in texts:
-            for ids in (
-                smol_tokenizer.encode(text, add_special_tokens=False),
-                [byte_ids[bytes([b])] for b in text.encode()],
-            ):
-                m = ref.matcher()
-                for t in ids:
-                    want.append(m.allowed().numpy().copy())
-                    m.advance(t)
-                want.append(m.allowed().numpy().copy())
+        want = masks_along(compile_json_schema(schema, plain, **kw))
     calls = []
     real = SPACE.base
     monkeypatch.setattr(SPACE, "base", lambda lex: calls.append(lex) or real(lex))
-    got = []
-    for text in texts:
-        for ids in (
-            smol_tokenizer.encode(text, add_special_tokens=False),
-            [byte_ids[bytes([b])] for b in text.encode()],
-        ):
-            m = g.matcher()
-            for t in ids:
-                got.append(m.allowed().numpy().copy())
-                m.advance(t)
-            got.append(m.allowed().numpy().copy())
+    got = masks_along(g)
     assert len(got) == len(want) > 200
     for k, (a, b) in enumerate(zip(got, want)):
         assert np.array_equal(a, b), k
