@@ -78,7 +78,7 @@ class Context:
 
 
 RECENT_ENTRIES = 1024  # Entry objects a grammar keeps (see ``CompiledGrammar._recent``)
-PART_TOKENS = 8192  # ``_dropped`` reads the final states of a run this small one by one
+PART_TOKENS = 8192  # ``_dropped`` reads the final states of up to this many tokens one by one
 
 
 class CompiledGrammar:
@@ -224,11 +224,20 @@ class CompiledGrammar:
         got = self._drop_bad.get((lex, drop))
         if got is None and not any(d in drop for d, _ in SPACE.comps[lex]):  # then neither is any after it
             got = self._drop_bad[(lex, drop)] = run.inside_ids[:0]
-        if got is None and run.inside_ids.size <= PART_TOKENS:  # a run over a few first bytes' tokens
-            finals, where = np.unique(run.inside_final, return_inverse=True)
-            comps = SPACE.comps
-            bad = np.array([all(d in drop for d, _ in comps[q]) for q in finals.tolist()], dtype=bool)
-            got = self._drop_bad[(lex, drop)] = run.inside_ids[bad[where.reshape(-1)]]
+        if got is None:
+            # A token that ends in a kept DFA's state alone is kept (an open object's extra key past the
+            # names: most of them); the final states of the others are read one by one.
+            ids, finals = run.inside_ids, run.inside_final
+            dom = SPACE.dominant(lex)
+            if dom >= 0 and SPACE.comps[dom][0][0] not in drop:
+                lo, hi = SPACE.alone(SPACE.comps[dom][0][0])
+                other = (finals < lo) | (finals >= hi)
+                ids, finals = ids[other], finals[other]
+            if ids.size <= PART_TOKENS:
+                finals, where = np.unique(finals, return_inverse=True)
+                comps = SPACE.comps
+                bad = np.array([all(d in drop for d, _ in comps[q]) for q in finals.tolist()], dtype=bool)
+                got = self._drop_bad[(lex, drop)] = ids[bad[where.reshape(-1)]]
         if got is None:
             fam = self._family_finals.get(lex)
             if fam is None:

@@ -277,6 +277,11 @@ class LexerSpace:
             self._single[d] = m
         return m
 
+    def alone(self, d: int) -> tuple[int, int]:
+        """The lexer states of plain DFA ``d``'s states alone: ``range(lo, hi)`` (``_single_map``)."""
+        m = self._single_map(d)
+        return int(m[1]), int(m[1]) + m.shape[0] - 1
+
     def _single_state(self, d: int, t: int) -> int:
         """The lexer state of state ``t`` of plain DFA ``d`` alone."""
         return int(self._single_map(d)[t + 1])
