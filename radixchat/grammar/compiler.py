@@ -38,7 +38,7 @@ from .lalr import (
     push_all,
     shiftable,
 )
-from .lexer import DEAD, SPACE, LexRun, untracked
+from .lexer import DEAD, SPACE, LexRun
 from .limits import gc_paused
 from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
@@ -78,7 +78,6 @@ class Context:
 
 
 RECENT_ENTRIES = 1024  # Entry objects a grammar keeps (see ``CompiledGrammar._recent``)
-PART_TOKENS = 8192  # ``_dropped`` reads the final states of up to this many tokens one by one
 
 
 class CompiledGrammar:
@@ -148,9 +147,7 @@ class CompiledGrammar:
             for w, members in families
             if w in t.terminals
         ]
-        self._family_dfas = frozenset(t.terminals[m].dfa for _, members in self._families for m in members)
         self._drop_bad: dict[tuple[int, frozenset[int]], np.ndarray] = {}
-        self._family_finals: dict[int, np.ndarray] = {}  # lex -> untracked(ids, their lexer states)
         # Mask entries, stored as (mask, accepting, only_eos, depth) tuples, and the Entry objects (each
         # with its tensor) of the last ones asked for: the collector tracks those, so they are bounded.
         self._entries = DepthMemo()
@@ -165,6 +162,7 @@ class CompiledGrammar:
             (i, s.encode()) for i, s in info.special_text.items() if s in literals and i not in info.eos_ids
         ]
         self._token_bytes = dict(self.named_special)
+        self._non_text = np.array([tid for tid, _ in self.named_special] + list(info.eos_ids), dtype=np.int64)
         longest = max([term.minlen for term in t.terminals.values()] + [0])
         widest_rule = max([v for v in t.minlen.values() if v < INF] + [0])
         #: allowed(remaining) checks budgets exactly only when remaining < cost + horizon.
@@ -222,36 +220,24 @@ class CompiledGrammar:
         """The tokens of ``run`` (from ``lex``) consumed inside a lexeme that only the DFAs ``drop`` keep
         alive (cached per state and drop set)."""
         got = self._drop_bad.get((lex, drop))
-        if got is None and not any(d in drop for d, _ in SPACE.comps[lex]):  # then neither is any after it
-            got = self._drop_bad[(lex, drop)] = run.inside_ids[:0]
         if got is None:
-            # A token that ends in a kept DFA's state alone is kept (an open object's extra key past the
-            # names: most of them); the final states of the others are read one by one.
             ids, finals = run.inside_ids, run.inside_final
-            dom = SPACE.dominant(lex)
-            if dom >= 0 and SPACE.comps[dom][0][0] not in drop:
-                lo, hi = SPACE.alone(SPACE.comps[dom][0][0])
-                other = (finals < lo) | (finals >= hi)
-                ids, finals = ids[other], finals[other]
-            if ids.size <= PART_TOKENS:
+            if not any(d in drop for d, _ in SPACE.comps[lex]):  # then neither is any state after it
+                ids = ids[:0]
+            else:
+                # A token that ends in a kept DFA's state alone is kept (an open object's extra key past
+                # the names: most of them, a consecutive range of states); the others' final states are
+                # read one by one (a family's tokens that keep a name alive: a few hundred).
+                dom = SPACE.dominant(lex)
+                if dom >= 0 and SPACE.comps[dom][0][0] not in drop:
+                    lo, hi = SPACE.alone(SPACE.comps[dom][0][0])
+                    other = (finals < lo) | (finals >= hi)
+                    ids, finals = ids[other], finals[other]
                 finals, where = np.unique(finals, return_inverse=True)
                 comps = SPACE.comps
                 bad = np.array([all(d in drop for d, _ in comps[q]) for q in finals.tolist()], dtype=bool)
-                got = self._drop_bad[(lex, drop)] = ids[bad[where.reshape(-1)]]
-        if got is None:
-            fam = self._family_finals.get(lex)
-            if fam is None:
-                # The tokens that keep a family name alive are the run of the names alone (a narrow
-                # state: a walk of a few prefixes, not a scan of every token's state).
-                names = tuple(c for c in SPACE.comps[lex] if c[0] in self._family_dfas)
-                ids = self.info.lexrun(SPACE.intern(names)).inside_ids if names else run.inside_ids[:0]
-                final = np.full(self.info.vocab_size, DEAD, dtype=np.int32)
-                final[run.inside_ids] = run.inside_final
-                fam = self._family_finals[lex] = untracked(ids, final[ids])
-            ids, fin = fam[0], fam[1]
-            comps = SPACE.comps
-            bad = [all(d in drop for d, _ in comps[q]) for q in fin.tolist()]
-            got = self._drop_bad[(lex, drop)] = ids[np.array(bad, dtype=bool)] if bad else ids[:0]
+                ids = ids[bad[where.reshape(-1)]]
+            got = self._drop_bad[(lex, drop)] = ids
         return got
 
     def _keeps(self, stack: tuple[int, ...], lex: int) -> bool:
@@ -371,8 +357,7 @@ class CompiledGrammar:
             run, redo = info.lexrun_part(lex, base[1])
             mask = e.mask.copy()
             mask[redo] = False
-            mask[[tid for tid, _ in self.named_special]] = False
-            mask[list(info.eos_ids)] = False
+            mask[self._non_text] = False  # named special tokens and EOS: decided for ``lex`` below
         else:
             run = info.lexrun(lex)
             mask = np.zeros(info.vocab_size, dtype=bool)

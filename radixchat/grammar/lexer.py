@@ -342,8 +342,8 @@ class LexerSpace:
         if len(flat) == 2:
             if self.dfas.plain[flat[0]]:
                 wide, others = (flat[0], flat[1]), 0
-        elif self.dominant(lex) >= 0:
-            wide, others = self.comps[self.dominant(lex)][0], 0
+        elif (dom := self.dominant(lex)) >= 0:
+            wide, others = self.comps[dom][0], 0
             for d, s in zip(flat[::2], flat[1::2]):
                 if d != wide[0]:
                     others |= self._live_bits(d, s)
@@ -813,21 +813,24 @@ def _run_scalar(
     lex: int, ids: np.ndarray, offs: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray
 ):
     """``run`` for a few rows, one byte at a time in Python."""
+    got = [
+        _run_bytes(lex, flat[a : a + z].tobytes(), o)
+        for a, o, z in zip(starts[ids].tolist(), offs.tolist(), lens[ids].tolist())
+    ]
+    out = np.array(got, dtype=np.int32).reshape(-1, 3)
+    return out[:, 0].copy(), out[:, 1].copy(), out[:, 2].copy()
+
+
+def _run_bytes(lex: int, tok: bytes, d: int) -> tuple[int, int, int]:
+    """``run`` of one token's bytes from offset ``d`` on, from ``lex``: (final, death, pre)."""
     step = SPACE.step
-    n = ids.shape[0]
-    final, death, pre = [DEAD] * n, [-1] * n, [0] * n
-    for k, (a, o, z) in enumerate(zip(starts[ids].tolist(), offs.tolist(), lens[ids].tolist())):
-        cur = lex
-        for b in flat[a + o : a + z].tobytes():
-            nxt = step(cur, b)
-            if nxt == DEAD:
-                death[k], pre[k] = o, cur
-                break
-            cur = nxt
-            o += 1
-        else:
-            final[k] = cur
-    return np.array(final, dtype=np.int32), np.array(death, dtype=np.int32), np.array(pre, dtype=np.int32)
+    cur = lex
+    for o in range(d, len(tok)):
+        nxt = step(cur, tok[o])
+        if nxt == DEAD:
+            return DEAD, o, cur
+        cur = nxt
+    return cur, -1, 0
 
 
 class Trie:
@@ -1046,25 +1049,10 @@ def _derive(
                 continue
             ns = SPACE.step(s, b)
             if ns == DEAD:
-                final[x - shift : y - shift], death[x - shift : y - shift], pre[x - shift : y - shift] = (
-                    DEAD,
-                    d,
-                    s,
-                )
+                u, v = x - shift, y - shift
+                final[u:v], death[u:v], pre[u:v] = DEAD, d, s
             else:
                 todo.append((ns, SPACE.step(sb, b) if sb != DEAD else DEAD, d + 1, x, y))
-
-
-def _run_bytes(lex: int, tok: bytes, d: int) -> tuple[int, int, int]:
-    """``run`` of one token's bytes from offset ``d`` on, from ``lex``."""
-    step = SPACE.step
-    cur = lex
-    for o in range(d, len(tok)):
-        nxt = step(cur, tok[o])
-        if nxt == DEAD:
-            return DEAD, o, cur
-        cur = nxt
-    return cur, -1, 0
 
 
 def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
