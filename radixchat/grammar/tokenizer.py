@@ -36,6 +36,7 @@ from .lexer import run as run_rows
 
 #: Version of the names in ``save_cache``'s index (2: counted DFAs' states are ``[skeleton, count]``).
 CACHE_FORMAT = 2
+FILTER_ROWS = 256  # rows_groups runs a bigger group's rows only where their next byte lives
 
 
 def _bytes_to_unicode() -> dict[str, int]:
@@ -139,7 +140,8 @@ class TokenizerInfo:
         self._ends_first: dict[int, np.ndarray] = {}
         self._ends_mask: dict[int, np.ndarray] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._groups: dict[int, np.ndarray] = {}  # hash of (key, lex) -> (key, lex), inside, subs: untracked
+        self._groups: dict[int, np.ndarray] = {}  # hash of a rows name -> name, inside, subs: untracked
+        self._row_digests: dict[int, np.ndarray] = {}  # hash of a rows key -> key, digest: untracked
         self._lock = threading.Lock()
 
     # -- construction ------------------------------------------------------------------------------
@@ -284,24 +286,59 @@ class TokenizerInfo:
             got = self._ends_first[lex] = ids[~run.cont[self.flat[self.starts[ids]]]]
         return got
 
+    def _rows_name(self, key, lex: int, ids: np.ndarray, offs: np.ndarray) -> tuple[bytes, int]:
+        """The cache name of rows ``key`` run from ``lex``: a digest of the rows themselves, so that
+        equal rows share their runs (each name's key state in an object ends its key on ``"`` and has
+        the same few dozen rows after it, ``:``, ``:"``, ``,``..., under a key of its own)."""
+        return self._row_digest(key, ids, offs)[1], lex
+
+    def _row_digest(self, key, ids: np.ndarray, offs: np.ndarray) -> np.ndarray:
+        """``untracked(key, digest of the rows, their order by next byte, its bounds per byte)``; the
+        order is made for big groups only (see ``rows_groups``), else None."""
+        h = hash(key)
+        got = self._row_digests.get(h)
+        if got is None or got[0] != key:
+            digest = hashlib.blake2b(ids.tobytes() + offs.astype(np.int64).tobytes(), digest_size=16).digest()
+            order = bounds = None
+            if ids.size > FILTER_ROWS:
+                pos = self.starts[ids] + offs
+                nxt = np.where(
+                    pos < self.starts[ids] + self.lens[ids],
+                    self.flat[np.minimum(pos, self.flat.size - 1)],
+                    256,
+                )
+                order = np.argsort(nxt, kind="stable")
+                bounds = np.searchsorted(nxt[order], np.arange(258))
+            got = self._row_digests[h] = untracked(key, digest, order, bounds)
+        return got
+
     def rows_run(self, key, lex: int, ids: np.ndarray, offs: np.ndarray):
-        """``lexer.run`` of rows identified by ``key`` from ``lex`` (cached: context-independent)."""
-        got = self._rows.get((key, lex))
+        """``lexer.run`` of rows ``(ids, offs)`` (identified by ``key``) from ``lex`` (cached:
+        context-independent)."""
+        name = self._rows_name(key, lex, ids, offs)
+        got = self._rows.get(name)
         if got is None:
-            got = self._rows[(key, lex)] = run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
+            got = self._rows[name] = run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
         return got
 
     def rows_groups(self, key, lex: int, ids: np.ndarray, offs: np.ndarray):
         """``rows_run`` split for the mask: ``(ids of the rows that stay inside a lexeme, [(pre, ids, offs)
         of the rows whose lexeme ended in accepting pre, for each pre])`` (cached: context-independent)."""
-        name = (key, lex)
+        name = self._rows_name(key, lex, ids, offs)
         h = hash(name)
         got = self._groups.get(h)
         if got is None or got[0] != name:  # not cached (or another name with the same hash was)
             # the raw rows are not kept as well (``rows_run`` keeps them, for budget steering)
-            final, death, pres = self._rows.get(name) or run_rows(
-                lex, ids, offs, self.flat, self.starts, self.lens
-            )
+            got = self._rows.get(name)
+            if got is None and ids.size > FILTER_ROWS and not SPACE.accepting[lex]:
+                # A big group (the ~32k tokens that start with whitespace, after it): only the rows whose
+                # next byte ``lex`` takes can matter; the others die on it, after a lexeme that does not
+                # accept (or rows that end there, byte 256, which stay inside).
+                _, _, order, bounds = self._row_digest(key, ids, offs)
+                live = np.r_[np.frombuffer(SPACE.live_bytes(lex), dtype=np.uint8).astype(np.int64), 256]
+                sel = np.sort(order[concat_ranges(bounds[live], bounds[live + 1])])
+                ids, offs = ids[sel], offs[sel]
+            final, death, pres = got or run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
             subs = tuple((p, ids[sel], death[sel]) for p, sel in groups_by_pre(death, pres))
             got = self._groups[h] = untracked(name, ids[final != DEAD], subs)
         return got[1], got[2]

@@ -265,6 +265,62 @@ def test_moves_read_without_a_row_are_the_row(smol_info):
     assert cont[ord('"')] and cont[ord("7")] and not cont[ord("a")]
 
 
+def _rows_groups_reference(info, lex, ids, offs):
+    final, death, pre = run(lex, ids, offs, info.flat, info.starts, info.lens)
+    crossing = (death >= 0) & SPACE.accepting_np[pre]
+    subs = {}
+    for p in np.unique(pre[crossing]).tolist():
+        sel = crossing & (pre == p)
+        subs[p] = dict(zip(ids[sel].tolist(), death[sel].tolist()))
+    return set(ids[final != DEAD].tolist()), subs
+
+
+def test_rows_groups_of_big_groups_and_equal_rows_are_the_plain_run(smol_info):
+    """``rows_groups`` runs a big group's rows only where the state takes their next byte, and shares
+    the runs of equal rows met under other keys: both must give what running every row gives."""
+    info = smol_info
+    texts = info.token_bytes
+    space = np.array([i for i, b in enumerate(texts) if b and b[:1] == b" " and len(b) > 1])
+    quote = np.array([i for i, b in enumerate(texts) if b and b[:1] == b'"' and len(b) > 1])
+    assert space.size > 1000 and quote.size > 20
+    cases = [
+        (space, np.ones(space.size, dtype=np.int32)),  # after whitespace: "{", a word, digits...
+        (quote, np.ones(quote.size, dtype=np.int32)),
+        (space, np.zeros(space.size, dtype=np.int32)),  # the same tokens from their first byte
+        (space[:40], np.zeros(40, dtype=np.int32)),  # a small group: run whole
+    ]
+    terms = [
+        ["\\{", "\\[", '"', "-?[0-9]+", "true"],
+        ["[a-z]+", "[ \\t]+"],
+        [":"],
+        [","],
+        ["[0-9]+(\\.[0-9]+)?"],
+    ]
+    for k, (ids, offs) in enumerate(cases):
+        for names in terms:
+            lex = SPACE.start_state([SPACE.dfa_id(t) for t in names])
+            want_inside, want_subs = _rows_groups_reference(info, lex, ids, offs)
+            for key in [("test-rows", k), ("test-rows-again", k)]:  # the second: the first's run, shared
+                inside, subs = info.rows_groups(key, lex, ids, offs)
+                assert set(inside.tolist()) == want_inside, (k, names)
+                got = {p: dict(zip(i.tolist(), o.tolist())) for p, i, o in subs}
+                assert got == want_subs, (k, names)
+    assert (
+        sum(
+            bool(
+                _rows_groups_reference(
+                    info,
+                    SPACE.start_state([SPACE.dfa_id(t) for t in names]),
+                    space,
+                    np.ones(space.size, dtype=np.int32),
+                )[1]
+            )
+            for names in terms
+        )
+        >= 2
+    )  # crossing rows met
+
+
 def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
     """What the process-wide caches keep per lexer state and per run must not be an object that the
     garbage collector tracks: each full collection visits every one, and a long run interns tens of
@@ -334,6 +390,7 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
         "SPACE._canon_of": SPACE._canon_of,
         "SPACE._twin_root": SPACE._twin_root,
         "SPACE._twin_maps": SPACE._twin_maps,
+        "info._row_digests": smol_info._row_digests,  # crossing rows named by their content
     }
     assert [name for name, c in {**caches, **new}.items() if gc.is_tracked(c)] == []
     assert all(len(c) > 10 for c in caches.values()), {name: len(c) for name, c in caches.items()}
