@@ -152,7 +152,6 @@ class CompiledGrammar:
         # with its tensor) of the last ones asked for: the collector tracks those, so they are bounded.
         self._entries = DepthMemo()
         self._recent: dict[int, tuple[tuple, Entry]] = {}  # id of a memo tuple -> (it, its Entry)
-        self._groups = DepthMemo()
         self._cp_memo: dict = {}
         self._cost_memo: dict = {}
         self._budget: OrderedDict = OrderedDict()
@@ -406,13 +405,13 @@ class CompiledGrammar:
         return e
 
     def _group_allowed(self, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarray):
-        """Rows ``(ids, offs)`` whose lexeme ended in accepting ``pre``: which token ids can go on.
+        """Rows ``(ids, offs)`` whose lexeme ended in accepting ``pre``: which token ids can go on, and the
+        lowest stack index read.
 
-        Cached per group ``key`` (which fixes the rows; twins' runs share it), ``pre`` and the top of the
-        stack read."""
-        got = self._groups.get((key, pre), stack)
-        if got is not None:
-            return got[0], len(stack) - got[1]
+        Not cached here: the entry that asks is (per stack top read), and the rows' runs are (per rows
+        and lexer state, ``rows_groups``). A cache per group and stack top missed 95% of the time on
+        MaskBench (each object position that is new to the parser is new to its groups too), and its
+        lookups and stores cost more than the few hits saved."""
         nxt, lowest = self.after_lexeme(stack, pre)
         parts = [ids[:0]]
         for st2, lex0 in nxt:
@@ -423,9 +422,7 @@ class CompiledGrammar:
                 lowest = min(lowest, low)
                 parts.append(sub)
         ok = parts[-1] if len(parts) == 2 else np.unique(np.concatenate(parts))
-        lowest = max(lowest, 0)
-        self._groups.put((key, pre), stack, lowest, (ok, len(stack) - lowest))
-        return ok, lowest
+        return ok, max(lowest, 0)
 
     # -- completion costs (budget steering) ----------------------------------------------------------
 
