@@ -417,8 +417,8 @@ class CompiledGrammar:
         for st2, lex0 in nxt:
             inside, subs = self.info.rows_groups(key, lex0, ids, offs)
             parts.append(inside)
-            for p, sub_ids, sub_offs in subs:
-                sub, low = self._group_allowed(st2, p, (key, lex0, p), sub_ids, sub_offs)
+            for p, sub_ids, sub_offs, sub_key in subs:
+                sub, low = self._group_allowed(st2, p, sub_key, sub_ids, sub_offs)
                 lowest = min(lowest, low)
                 parts.append(sub)
         ok = parts[-1] if len(parts) == 2 else np.unique(np.concatenate(parts))

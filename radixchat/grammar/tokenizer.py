@@ -322,8 +322,9 @@ class TokenizerInfo:
         return got
 
     def rows_groups(self, key, lex: int, ids: np.ndarray, offs: np.ndarray):
-        """``rows_run`` split for the mask: ``(ids of the rows that stay inside a lexeme, [(pre, ids, offs)
-        of the rows whose lexeme ended in accepting pre, for each pre])`` (cached: context-independent)."""
+        """``rows_run`` split for the mask: ``(ids of the rows that stay inside a lexeme, [(pre, ids, offs,
+        key) of the rows whose lexeme ended in accepting pre, for each pre])`` (cached:
+        context-independent)."""
         name = self._rows_name(key, lex, ids, offs)
         h = hash(name)
         got = self._groups.get(h)
@@ -339,7 +340,11 @@ class TokenizerInfo:
                 sel = np.sort(order[concat_ranges(bounds[live], bounds[live + 1])])
                 ids, offs = ids[sel], offs[sel]
             final, death, pres = got or run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
-            subs = tuple((p, ids[sel], death[sel]) for p, sel in groups_by_pre(death, pres))
+            # each sub-group's key: short, and the same wherever these rows are met (a key nesting its
+            # parents' keys was hashed whole at every lookup, ~7 us deep in a crossing token)
+            subs = tuple(
+                (p, ids[sel], death[sel], (name[0], lex, p)) for p, sel in groups_by_pre(death, pres)
+            )
             got = self._groups[h] = untracked(name, ids[final != DEAD], subs)
         return got[1], got[2]
 

@@ -303,7 +303,7 @@ def test_rows_groups_of_big_groups_and_equal_rows_are_the_plain_run(smol_info):
             for key in [("test-rows", k), ("test-rows-again", k)]:  # the second: the first's run, shared
                 inside, subs = info.rows_groups(key, lex, ids, offs)
                 assert set(inside.tolist()) == want_inside, (k, names)
-                got = {p: dict(zip(i.tolist(), o.tolist())) for p, i, o in subs}
+                got = {p: dict(zip(i.tolist(), o.tolist())) for p, i, o, _ in subs}
                 assert got == want_subs, (k, names)
     assert (
         sum(
