@@ -142,6 +142,7 @@ class TokenizerInfo:
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._groups: dict[int, np.ndarray] = {}  # hash of a rows name -> name, inside, subs: untracked
         self._row_digests: dict[int, np.ndarray] = {}  # hash of a rows key -> key, digest: untracked
+        self._row_orders: dict[bytes, np.ndarray] = {}  # a big group's digest -> its rows by next byte
         self._lock = threading.Lock()
 
     # -- construction ------------------------------------------------------------------------------
@@ -290,26 +291,24 @@ class TokenizerInfo:
         """The cache name of rows ``key`` run from ``lex``: a digest of the rows themselves, so that
         equal rows share their runs (each name's key state in an object ends its key on ``"`` and has
         the same few dozen rows after it, ``:``, ``:"``, ``,``..., under a key of its own)."""
-        return self._row_digest(key, ids, offs)[1], lex
-
-    def _row_digest(self, key, ids: np.ndarray, offs: np.ndarray) -> np.ndarray:
-        """``untracked(key, digest of the rows, their order by next byte, its bounds per byte)``; the
-        order is made for big groups only (see ``rows_groups``), else None."""
         h = hash(key)
         got = self._row_digests.get(h)
         if got is None or got[0] != key:
             digest = hashlib.blake2b(ids.tobytes() + offs.astype(np.int64).tobytes(), digest_size=16).digest()
-            order = bounds = None
-            if ids.size > FILTER_ROWS:
-                pos = self.starts[ids] + offs
-                nxt = np.where(
-                    pos < self.starts[ids] + self.lens[ids],
-                    self.flat[np.minimum(pos, self.flat.size - 1)],
-                    256,
-                )
-                order = np.argsort(nxt, kind="stable")
-                bounds = np.searchsorted(nxt[order], np.arange(258))
-            got = self._row_digests[h] = untracked(key, digest, order, bounds)
+            got = self._row_digests[h] = untracked(key, digest)
+        return got[1], lex
+
+    def _rows_by_next_byte(self, digest: bytes, ids: np.ndarray, offs: np.ndarray) -> np.ndarray:
+        """``untracked(order, bounds)``: the rows ordered by their next byte (256: none left) and where
+        each byte's rows start in that order (cached per rows digest, for big groups)."""
+        got = self._row_orders.get(digest)
+        if got is None:
+            pos = self.starts[ids] + offs
+            nxt = np.where(
+                pos < self.starts[ids] + self.lens[ids], self.flat[np.minimum(pos, self.flat.size - 1)], 256
+            )
+            order = np.argsort(nxt, kind="stable").astype(np.int32)
+            got = self._row_orders[digest] = untracked(order, np.searchsorted(nxt[order], np.arange(258)))
         return got
 
     def rows_run(self, key, lex: int, ids: np.ndarray, offs: np.ndarray):
@@ -335,7 +334,7 @@ class TokenizerInfo:
                 # A big group (the ~32k tokens that start with whitespace, after it): only the rows whose
                 # next byte ``lex`` takes can matter; the others die on it, after a lexeme that does not
                 # accept (or rows that end there, byte 256, which stay inside).
-                _, _, order, bounds = self._row_digest(key, ids, offs)
+                order, bounds = self._rows_by_next_byte(name[0], ids, offs)
                 live = np.r_[np.frombuffer(SPACE.live_bytes(lex), dtype=np.uint8).astype(np.int64), 256]
                 sel = np.sort(order[concat_ranges(bounds[live], bounds[live + 1])])
                 ids, offs = ids[sel], offs[sel]
