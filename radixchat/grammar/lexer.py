@@ -1073,9 +1073,7 @@ def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarr
         if whole:
             nxt, at = None, trie.parent[d]
         else:
-            nxt = concat_ranges(
-                trie.span[d][roots], trie.span[d][roots + 1]
-            )  # the subtrees' nodes of level d
+            nxt = concat_ranges(trie.span[d][roots], trie.span[d][roots + 1])  # the subtrees' level-d nodes
             if not nxt.size:
                 break
             at = np.searchsorted(idx, trie.parent[d][nxt])  # each node's parent among the last level's
