@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import zlib
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -142,7 +143,8 @@ class TokenizerInfo:
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._groups: dict[int, np.ndarray] = {}  # hash of a rows name -> name, inside, subs: untracked
         self._row_digests: dict[int, np.ndarray] = {}  # hash of a rows key -> key, digest: untracked
-        self._row_orders: dict[bytes, np.ndarray] = {}  # a big group's digest -> its rows by next byte
+        self._row_content: dict[int, np.ndarray] = {}  # a big group's digest -> its ids, offs: untracked
+        self._row_orders: dict[bytes | int, np.ndarray] = {}  # a big group's digest -> its rows by next byte
         self._lock = threading.Lock()
 
     # -- construction ------------------------------------------------------------------------------
@@ -287,18 +289,35 @@ class TokenizerInfo:
             got = self._ends_first[lex] = ids[~run.cont[self.flat[self.starts[ids]]]]
         return got
 
-    def _rows_name(self, key, lex: int, ids: np.ndarray, offs: np.ndarray) -> tuple[bytes, int]:
+    def _rows_name(self, key, lex: int, ids: np.ndarray, offs: np.ndarray) -> tuple[bytes | int, int]:
         """The cache name of rows ``key`` run from ``lex``: a digest of the rows themselves, so that
         equal rows share their runs (each name's key state in an object ends its key on ``"`` and has
         the same few dozen rows after it, ``:``, ``:"``, ``,``..., under a key of its own)."""
         h = hash(key)
         got = self._row_digests.get(h)
         if got is None or got[0] != key:
-            digest = hashlib.blake2b(ids.tobytes() + offs.astype(np.int64).tobytes(), digest_size=16).digest()
-            got = self._row_digests[h] = untracked(key, digest)
+            got = self._row_digests[h] = untracked(key, self._rows_digest(ids, offs))
         return got[1], lex
 
-    def _rows_by_next_byte(self, digest: bytes, ids: np.ndarray, offs: np.ndarray) -> np.ndarray:
+    def _rows_digest(self, ids: np.ndarray, offs: np.ndarray) -> bytes | int:
+        """A name for the rows ``(ids, offs)``: equal rows get the same one, different rows different
+        ones. Small rows: a BLAKE2 digest (~3 us). Big rows (the ~32k of a whitespace group): a digest
+        took ~1 ms, paid in the mask of every new lexer state that has such a group, so they are named
+        by a CRC (~80 us) and compared with the rows kept under it; rows with the same CRC differ by a
+        last index."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        offs = np.ascontiguousarray(offs, dtype=np.int32)
+        if ids.size <= FILTER_ROWS:
+            return hashlib.blake2b(ids.tobytes() + offs.tobytes(), digest_size=16).digest()
+        crc = (ids.size << 64 | zlib.crc32(ids) << 32 | zlib.crc32(offs)) << 8
+        box = untracked(ids, offs)
+        for n in range(256):
+            kept = self._row_content.setdefault(crc | n, box)
+            if kept is box or (np.array_equal(kept[0], ids) and np.array_equal(kept[1], offs)):
+                return crc | n
+        raise GrammarError("over 256 different crossing rows with one CRC")
+
+    def _rows_by_next_byte(self, digest: bytes | int, ids: np.ndarray, offs: np.ndarray) -> np.ndarray:
         """``untracked(order, bounds)``: the rows ordered by their next byte (256: none left) and where
         each byte's rows start in that order (cached per rows digest, for big groups)."""
         got = self._row_orders.get(digest)
