@@ -321,6 +321,26 @@ def test_rows_groups_of_big_groups_and_equal_rows_are_the_plain_run(smol_info):
     )  # crossing rows met
 
 
+def test_rows_are_named_by_their_content_even_when_their_crcs_collide(smol_info, monkeypatch):
+    """Crossing rows are named by a CRC of their content, and checked against the rows kept under it:
+    equal rows share one name, different rows never do, even where every CRC is the same."""
+    from radixchat.grammar import tokenizer as tk
+
+    info = smol_info
+    a = np.arange(300, 700, dtype=np.int64)
+    b = a[::-1].copy()
+    ones = np.ones(a.size, dtype=np.int32)
+    names = {info._rows_digest(a, ones), info._rows_digest(b, ones), info._rows_digest(a, ones + 1)}
+    assert len(names) == 3
+    assert info._rows_digest(a[:10], ones[:10]) != info._rows_digest(b[:10], ones[:10])  # small rows
+    assert info._rows_digest(a.astype(np.int32), ones.astype(np.int64)) == info._rows_digest(a, ones)
+    monkeypatch.setattr(tk.zlib, "crc32", lambda data: 7)  # every CRC the same: only the comparison tells
+    c, d = np.arange(10, 410, dtype=np.int64), np.arange(20, 420, dtype=np.int64)
+    first, second = info._rows_digest(c, ones), info._rows_digest(d, ones)
+    assert first != second
+    assert info._rows_digest(c.copy(), ones.copy()) == first and info._rows_digest(d.copy(), ones) == second
+
+
 def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
     """What the process-wide caches keep per lexer state and per run must not be an object that the
     garbage collector tracks: each full collection visits every one, and a long run interns tens of
@@ -391,6 +411,7 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
         "SPACE._twin_root": SPACE._twin_root,
         "SPACE._twin_maps": SPACE._twin_maps,
         "info._row_digests": smol_info._row_digests,  # crossing rows named by their content
+        "info._row_content": smol_info._row_content,
         "info._row_orders": smol_info._row_orders,  # big groups' rows by next byte
     }
     assert [name for name, c in {**caches, **new}.items() if gc.is_tracked(c)] == []
@@ -705,3 +726,32 @@ def test_a_schema_compile_leaves_no_cycle_holding_its_rules(smol_info):
         gc.set_debug(0)
         gc.garbage.clear()
     assert held == []
+
+
+def test_the_compile_runs_each_open_objects_first_key_state(smol_info, smol_tokenizer):
+    """The compile runs, for each open object, the lexer state past its keys' opening quote (a partial
+    run of the tokens that start with its names' first letters): the first key mask of an object
+    reads it, and the mask is still exact."""
+    names = ["quixotic", "zanzibar"]  # names no other test declares: their lexer states are new here
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
+    g = compile_json_schema(
+        schema, smol_info, cache=False, additional_properties="true", property_order="any"
+    )
+    m = g.matcher()
+    for t in smol_tokenizer.encode('{"', add_special_tokens=False):
+        m.advance(t)
+    assert m.lex in smol_info._parts  # run by the compile, before any mask asked for it
+    mask = m.allowed().numpy()
+    for text, ok in [
+        ('quixotic":', True),
+        ('zanzibar":', True),
+        ('other":', True),
+        ('":', True),
+        ("\n", False),
+    ]:
+        first = smol_tokenizer.encode(text, add_special_tokens=False)[0]
+        assert bool(mask[first]) is ok, text
+    unprepared = compile_json_schema(
+        {"type": "object", "properties": {"quixote": {"type": "integer"}}}, smol_info, cache=False
+    )  # closed: no key family, nothing run ahead
+    assert unprepared._families == []
