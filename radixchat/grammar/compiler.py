@@ -16,6 +16,7 @@ Masks come from two caches:
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -39,7 +40,7 @@ from .lalr import (
     shiftable,
 )
 from .lexer import DEAD, SPACE, LexRun
-from .limits import gc_paused
+from .limits import gc_paused, past_deadline
 from .matcher import GrammarMatcher
 from .tokenizer import TokenizerInfo
 
@@ -78,6 +79,7 @@ class Context:
 
 
 RECENT_ENTRIES = 1024  # Entry objects a grammar keeps (see ``CompiledGrammar._recent``)
+PREPARED_KEY_STATES = 512  # key states a compile runs ahead of the masks (``CompiledGrammar._prepare_keys``)
 
 
 class CompiledGrammar:
@@ -97,7 +99,7 @@ class CompiledGrammar:
         max_states: int = 20_000,
         glr: bool = False,
         grammar: tuple | None = None,
-        families: Iterable[tuple[str, frozenset[str]]] = (),
+        families: Iterable[tuple[str, frozenset[str], tuple[str, ...]]] = (),
     ) -> None:
         self.text = text
         self.source = source
@@ -142,13 +144,12 @@ class CompiledGrammar:
         #: per position. It is exact for keys: a name's proper prefixes are W's too, and nothing goes
         #: on after a key's closing quote, so a token is allowed iff it keeps a terminal the parser
         #: takes alive (``Context.drop``, checked in ``entry`` and ``feed``) or ends one.
+        families = [f for f in families if f[0] in t.terminals]
         self._families = [
-            (w, frozenset(m for m in members if m in t.terminals))
-            for w, members in families
-            if w in t.terminals
+            (w, frozenset(m for m in members if m in t.terminals)) for w, members, _ in families
         ]
         self._drop_bad: dict[tuple[int, frozenset[int]], np.ndarray] = {}
-        self._prepare_keys()
+        self._prepare_keys([names for _, _, names in families])
         # Mask entries, stored as (mask, accepting, only_eos, depth) tuples, and the Entry objects (each
         # with its tensor) of the last ones asked for: the collector tracks those, so they are bounded.
         self._entries = DepthMemo()
@@ -169,17 +170,35 @@ class CompiledGrammar:
         self.horizon = info.max_token_bytes + 2 * max(longest, widest_rule) + 8
         self.initial_stack = (t.start,)
 
-    def _prepare_keys(self) -> None:
-        """Run now, in the compile, what the first mask inside each key family's key needs once per
-        object: the lexer state past its opening quote steps like the extra key's generic state on all
-        bytes but the names' first letters, and the tokens that start with those letters are run from
-        it (``TokenizerInfo.lexrun_part``, ~0.3-1 ms for an object's names: the cost of the first key
-        mask of every open object, paid where the output is not waiting on one token)."""
+    def _prepare_keys(self, names: list[tuple[str, ...]]) -> None:
+        """Run now, in the compile, what the key masks of each key family need once per object, along
+        the likely way its names are written: the tokens that start with the names' next letters are run
+        from the state past the opening quote and from the state past each token of a name's greedy
+        tokenization (``TokenizerInfo.lexrun_part``, 0.2-1 ms each, and the extra key's generic state).
+        They were the first key masks of every open object (most of the ~2.4k masks over 0.5 ms inside
+        keys under JSON Schema's reading); the compile pays them, where no token is waiting. At most
+        ``PREPARED_KEY_STATES`` states per compile (a schema of thousands of names would pay seconds)."""
         t, info = self.tables, self.info
-        for w, members in self._families:
+        todo: list[int] = []
+        for (w, members), family_names in zip(self._families, names):
             dfas = [t.terminals[n].dfa for n in (w, *members)]
-            lex = SPACE.step(SPACE.start_state(d for d in dfas if d in self.dfa_term), ord('"'))
-            base = SPACE.base(lex) if lex != DEAD else None
+            quote = SPACE.step(SPACE.start_state(d for d in dfas if d in self.dfa_term), ord('"'))
+            if quote == DEAD:
+                continue
+            todo.append(quote)
+            for name in family_names:
+                lex = quote
+                for tok in info.greedy_tokens(json.dumps(name, ensure_ascii=False)[1:-1].encode()):
+                    for b in tok:
+                        if lex != DEAD:
+                            lex = SPACE.step(lex, b)
+                    if lex == DEAD:
+                        break
+                    todo.append(lex)
+        for lex in list(dict.fromkeys(todo))[:PREPARED_KEY_STATES]:
+            if past_deadline():  # work the masks would do anyway: it never fails a compile
+                break
+            base = SPACE.base(lex)
             if base is not None:
                 info.lexrun(base[0])
                 info.lexrun_part(lex, base[1])

@@ -38,6 +38,12 @@ def deadline(seconds: float | None, what: str) -> Iterator[None]:
             _DEADLINE.reset(token)
 
 
+def past_deadline() -> bool:
+    """Whether the current compile is past its deadline (for work a compile may leave undone)."""
+    d = _DEADLINE.get()
+    return d is not None and time.monotonic() > d[0]
+
+
 def check(where: str = "") -> None:
     """Raise GrammarError if the current compile is past its deadline."""
     d = _DEADLINE.get()

@@ -127,6 +127,7 @@ class TokenizerInfo:
         self._sorted = [self.token_bytes[i] for i in order]
         self._sorted_ids = np.array(order, dtype=np.int64)
         self.max_token_bytes = int(lens.max()) if n else 0
+        self._token_set: frozenset[bytes] | None = None  # the text tokens' bytes (``greedy_tokens``)
         self.fingerprint = hashlib.sha256(self.flat.tobytes() + lens.tobytes()).hexdigest()[:16]
         # lexer state -> its LexRun's fields, in an ``untracked`` box (``lexrun``)
         self._runs: dict[int, np.ndarray] = {}
@@ -188,6 +189,23 @@ class TokenizerInfo:
             eos = tokenizer.eos_token_id
             eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         return cls(token_bytes, vocab_size=vocab_size, eos_ids=eos_ids, special=special)
+
+    def greedy_tokens(self, data: bytes) -> list[bytes]:
+        """``data`` cut into the longest text tokens from its start, one after another: how a model most
+        likely writes a text it was shown. Stops where no token starts (never, in a byte-level
+        vocabulary)."""
+        if self._token_set is None:
+            self._token_set = frozenset(self._sorted)
+        out, at, longest = [], 0, self.max_token_bytes
+        while at < len(data):
+            end = next(
+                (e for e in range(min(len(data), at + longest), at, -1) if data[at:e] in self._token_set), at
+            )
+            if end == at:
+                break
+            out.append(data[at:end])
+            at = end
+        return out
 
     # -- context-independent mask cache -------------------------------------------------------------
 

@@ -728,11 +728,12 @@ def test_a_schema_compile_leaves_no_cycle_holding_its_rules(smol_info):
     assert held == []
 
 
-def test_the_compile_runs_each_open_objects_first_key_state(smol_info, smol_tokenizer):
-    """The compile runs, for each open object, the lexer state past its keys' opening quote (a partial
-    run of the tokens that start with its names' first letters): the first key mask of an object
-    reads it, and the mask is still exact."""
+def test_the_compile_runs_each_open_objects_key_states(smol_info, smol_tokenizer):
+    """The compile runs, for each open object, the lexer states past its keys' opening quote and past
+    each token of its names as the tokenizer would write them (a partial run of the tokens that start
+    with the names' next letters): the key masks read them, and they are still exact."""
     names = ["quixotic", "zanzibar"]  # names no other test declares: their lexer states are new here
+    assert smol_info.greedy_tokens(b"quixotic") == [b"qu", b"ix", b"otic"]
     schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
     g = compile_json_schema(
         schema, smol_info, cache=False, additional_properties="true", property_order="any"
@@ -751,6 +752,13 @@ def test_the_compile_runs_each_open_objects_first_key_state(smol_info, smol_toke
     ]:
         first = smol_tokenizer.encode(text, add_special_tokens=False)[0]
         assert bool(mask[first]) is ok, text
+    for piece in ["qu", "ix"]:  # past "qu, then past "quix
+        m.advance(smol_tokenizer.convert_tokens_to_ids(piece))
+        assert m.lex in smol_info._parts
+    mask = m.allowed().numpy()
+    for text, ok in [("otic", True), ("ot", True), ("x", True), ('":', True), ("\n", False)]:
+        tid = smol_tokenizer.encode(text, add_special_tokens=False)
+        assert len(tid) == 1 and bool(mask[tid[0]]) is ok, text
     unprepared = compile_json_schema(
         {"type": "object", "properties": {"quixote": {"type": "integer"}}}, smol_info, cache=False
     )  # closed: no key family, nothing run ahead

@@ -162,7 +162,7 @@ def object_shape(comp, schema: dict, path: str, sh) -> None:
         keys = (comp.w.terms.get(rx.to_regex(jt.exact_string(name))) for name, _, _ in entries)
         members = frozenset(k for k in keys if k is not None)
         if members:
-            comp.w.families.append((extra_key, members))
+            comp.w.families.append((extra_key, members, tuple(name for name, _, _ in entries)))
 
 
 def _key_terminal(comp, body, excluded: list, names_ast) -> str:

@@ -67,8 +67,8 @@ class LarkWriter:
         self.where: dict[str, str] = {}
         self.priorities: dict[str, int] = {}  # terminal -> Lark priority (0 when absent)
         #: Key families of open objects: (the extra-key terminal, the declared names' key terminals it
-        #: excludes); see ``compiler.CompiledGrammar`` (``families``).
-        self.families: list[tuple[str, frozenset[str]]] = []
+        #: excludes, those names); see ``compiler.CompiledGrammar`` (``families``).
+        self.families: list[tuple[str, frozenset[str], tuple[str, ...]]] = []
         self._n = 0
         self._any = False
 
