@@ -176,17 +176,25 @@ class CompiledGrammar:
         from the state past the opening quote and from the state past each token of a name's greedy
         tokenization (``TokenizerInfo.lexrun_part``, 0.2-1 ms each, and the extra key's generic state).
         They were the first key masks of every open object (most of the ~2.4k masks over 0.5 ms inside
-        keys under JSON Schema's reading); the compile pays them, where no token is waiting. At most
+        keys under JSON Schema's reading); the compile pays them, where no token is waiting. Where a
+        union of open objects (``anyOf``) opens, one key state lexes all their keys: it has no base
+        state, and its whole run (5-15 ms) was the slowest mask of such schemas. At most
         ``PREPARED_KEY_STATES`` states per compile (a schema of thousands of names would pay seconds)."""
         t, info = self.tables, self.info
+        starts = [self._start(frozenset((w, *members)))[0] for w, members in self._families]
+        extra_keys = {w for w, _ in self._families}
+        if len(extra_keys) > 1:
+            for acts in t.actions:
+                if len(extra_keys.intersection(acts)) > 1:
+                    terms = frozenset(n for n in acts if n in t.terminals and n not in self.ignore)
+                    starts.append(self._start(terms)[0])
         todo: list[int] = []
-        for (w, members), family_names in zip(self._families, names):
-            dfas = [t.terminals[n].dfa for n in (w, *members)]
-            quote = SPACE.step(SPACE.start_state(d for d in dfas if d in self.dfa_term), ord('"'))
+        for k, start in enumerate(starts):
+            quote = SPACE.step(start, ord('"')) if start != DEAD else DEAD
             if quote == DEAD:
                 continue
             todo.append(quote)
-            for name in family_names:
+            for name in names[k] if k < len(names) else ():
                 lex = quote
                 for tok in info.greedy_tokens(json.dumps(name, ensure_ascii=False)[1:-1].encode()):
                     for b in tok:
@@ -199,7 +207,9 @@ class CompiledGrammar:
             if past_deadline():  # work the masks would do anyway: it never fails a compile
                 break
             base = SPACE.base(lex)
-            if base is not None:
+            if base is None:
+                info.lexrun(lex)
+            else:
                 info.lexrun(base[0])
                 info.lexrun_part(lex, base[1])
 

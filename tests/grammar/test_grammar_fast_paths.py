@@ -763,3 +763,27 @@ def test_the_compile_runs_each_open_objects_key_states(smol_info, smol_tokenizer
         {"type": "object", "properties": {"quixote": {"type": "integer"}}}, smol_info, cache=False
     )  # closed: no key family, nothing run ahead
     assert unprepared._families == []
+
+
+def test_the_compile_runs_the_key_state_of_a_union_of_open_objects(smol_info, smol_tokenizer):
+    """Where a union of open objects opens, one key state lexes every object's names and extra key
+    (no base state: a whole run); the compile runs it, and its mask takes each object's keys."""
+    schema = {
+        "anyOf": [
+            {"type": "object", "properties": {"xylophone": {"type": "integer"}}, "required": ["xylophone"]},
+            {"type": "object", "properties": {"yodeller": {"type": "string"}}, "required": ["yodeller"]},
+        ]
+    }
+    g = compile_json_schema(
+        schema, smol_info, cache=False, additional_properties="true", property_order="any"
+    )
+    assert len(g._families) == 2
+    m = g.matcher()
+    for t in smol_tokenizer.encode('{"', add_special_tokens=False):
+        m.advance(t)
+    assert len({d for d, _ in SPACE.comps[m.lex]}) >= 4  # two names, two extra keys
+    assert m.lex in smol_info._runs  # run by the compile
+    mask = m.allowed().numpy()
+    for text, ok in [("xy", True), ("y", True), ("other", True), ("\n", False)]:
+        tid = smol_tokenizer.encode(text, add_special_tokens=False)
+        assert len(tid) == 1 and bool(mask[tid[0]]) is ok, text
