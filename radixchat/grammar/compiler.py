@@ -79,7 +79,7 @@ class Context:
 
 
 RECENT_ENTRIES = 1024  # Entry objects a grammar keeps (see ``CompiledGrammar._recent``)
-PREPARED_KEY_STATES = 512  # key states a compile runs ahead of the masks (``CompiledGrammar._prepare_keys``)
+PREPARED_STATES = 512  # string states a compile runs ahead of the masks (``CompiledGrammar._prepare``)
 
 
 class CompiledGrammar:
@@ -149,7 +149,7 @@ class CompiledGrammar:
             (w, frozenset(m for m in members if m in t.terminals)) for w, members, _ in families
         ]
         self._drop_bad: dict[tuple[int, frozenset[int]], np.ndarray] = {}
-        self._prepare_keys([names for _, _, names in families])
+        self._prepare([names for _, _, names in families])
         # Mask entries, stored as (mask, accepting, only_eos, depth) tuples, and the Entry objects (each
         # with its tensor) of the last ones asked for: the collector tracks those, so they are bounded.
         self._entries = DepthMemo()
@@ -170,24 +170,26 @@ class CompiledGrammar:
         self.horizon = info.max_token_bytes + 2 * max(longest, widest_rule) + 8
         self.initial_stack = (t.start,)
 
-    def _prepare_keys(self, names: list[tuple[str, ...]]) -> None:
-        """Run now, in the compile, what the key masks of each key family need once per object, along
-        the likely way its names are written: the tokens that start with the names' next letters are run
-        from the state past the opening quote and from the state past each token of a name's greedy
-        tokenization (``TokenizerInfo.lexrun_part``, 0.2-1 ms each, and the extra key's generic state).
-        They were the first key masks of every open object (most of the ~2.4k masks over 0.5 ms inside
-        keys under JSON Schema's reading); the compile pays them, where no token is waiting. Where a
-        union of open objects (``anyOf``) opens, one key state lexes all their keys: it has no base
-        state, and its whole run (5-15 ms) was the slowest mask of such schemas. At most
-        ``PREPARED_KEY_STATES`` states per compile (a schema of thousands of names would pay seconds)."""
+    def _prepare(self, names: list[tuple[str, ...]]) -> None:
+        """Run now, in the compile, the string states the first masks of a schema's strings and keys
+        would run, along the likely way they are written; the compile pays them, where no token is
+        waiting (each was a mask of 0.3-15 ms, the first time a schema reached it):
+
+        - past the opening quote where each set of terminals starts a lexeme (a parser state's
+          lookaheads): a string with a new pattern (a run over the vocabulary, 2-5 ms), and where a
+          union of open objects opens, one key state that lexes all their names and extra keys (no
+          base state: a whole run, 5-15 ms);
+        - each key family's key states past the opening quote and past each token of a name's greedy
+          tokenization (``TokenizerInfo.greedy_tokens``): the tokens that start with the names' next
+          letters, run from there (``TokenizerInfo.lexrun_part``, 0.2-1 ms each).
+
+        At most ``PREPARED_STATES`` states a compile, and none past its deadline."""
         t, info = self.tables, self.info
         starts = [self._start(frozenset((w, *members)))[0] for w, members in self._families]
-        extra_keys = {w for w, _ in self._families}
-        if len(extra_keys) > 1:
-            for acts in t.actions:
-                if len(extra_keys.intersection(acts)) > 1:
-                    terms = frozenset(n for n in acts if n in t.terminals and n not in self.ignore)
-                    starts.append(self._start(terms)[0])
+        sets = dict.fromkeys(
+            frozenset(n for n in acts if n in t.terminals and n not in self.ignore) for acts in t.actions
+        )
+        starts += [self._start(terms)[0] for terms in sets if terms]
         todo: list[int] = []
         for k, start in enumerate(starts):
             quote = SPACE.step(start, ord('"')) if start != DEAD else DEAD
@@ -203,7 +205,7 @@ class CompiledGrammar:
                     if lex == DEAD:
                         break
                     todo.append(lex)
-        for lex in list(dict.fromkeys(todo))[:PREPARED_KEY_STATES]:
+        for lex in list(dict.fromkeys(todo))[:PREPARED_STATES]:
             if past_deadline():  # work the masks would do anyway: it never fails a compile
                 break
             base = SPACE.base(lex)

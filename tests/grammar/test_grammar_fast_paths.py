@@ -87,6 +87,10 @@ def test_the_trie_run_is_right_when_its_memo_fills_and_evicts(smol_info, monkeyp
     from radixchat.grammar.lexer import Trie
 
     monkeypatch.setattr(Trie, "MEMO_TOKENS", 2000)  # evicts in each run
+    # from an empty memo (restored after): the compile runs some states ahead, and from the memo the
+    # other tests left, those runs could all be hits, which evict nothing
+    monkeypatch.setattr(smol_info.trie, "memo", {})
+    monkeypatch.setattr(smol_info.trie, "memo_size", 0)
     schema = {"type": "object", "properties": {"ab": {"type": "string"}}, "additionalProperties": True}
     g = compile_json_schema(schema, smol_info, cache=False)
     lexes = set()
@@ -370,7 +374,15 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
     }
     warm_up = compile_json_schema({"type": "array", "items": {"enum": ["ab", "cd"]}}, smol_info, cache=False)
     _walk_states(warm_up, rng, walks=2, steps=5)  # module-level caches (regex, Lark) fill once
-    compile_json_schema(schema, smol_info, cache=False)  # and the compile's caches of its terminals' DFAs
+    # and the compile's caches of its terminals' DFAs (without running any state ahead: the compile
+    # below does, and those states count as new)
+    from radixchat.grammar import compiler
+
+    prepared, compiler.PREPARED_STATES = compiler.PREPARED_STATES, 0
+    try:
+        compile_json_schema(schema, smol_info, cache=False)
+    finally:
+        compiler.PREPARED_STATES = prepared
     del warm_up
     gc.collect()
     gc.collect()  # a tuple of untracked items is untracked by the pass that sees it: twice for nesting
@@ -763,6 +775,22 @@ def test_the_compile_runs_each_open_objects_key_states(smol_info, smol_tokenizer
         {"type": "object", "properties": {"quixote": {"type": "integer"}}}, smol_info, cache=False
     )  # closed: no key family, nothing run ahead
     assert unprepared._families == []
+
+
+def test_the_compile_runs_the_state_inside_a_string_with_a_new_pattern(smol_info, smol_tokenizer):
+    """Past the opening quote of a string with a pattern, the state needs a run over the vocabulary:
+    the compile runs it, and the mask is exact."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^[b-f]{3}qz[0-9]$"}}}
+    g = compile_json_schema(schema, smol_info, cache=False)
+    m = g.matcher()
+    for t in smol_tokenizer.encode('{"s":"', add_special_tokens=False):
+        m.advance(t)
+    assert len(SPACE.comps[m.lex]) == 1 and not SPACE.is_start[m.lex]
+    assert m.lex in smol_info._runs  # run by the compile
+    mask = m.allowed().numpy()
+    for text, ok in [("b", True), ("bed", True), ("bad", False), ("x", False), ('"', False)]:
+        tid = smol_tokenizer.encode(text, add_special_tokens=False)
+        assert len(tid) == 1 and bool(mask[tid[0]]) is ok, text
 
 
 def test_the_compile_runs_the_key_state_of_a_union_of_open_objects(smol_info, smol_tokenizer):
