@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from radixchat.grammar import GrammarError, compile_grammar, compile_json_schema
+from radixchat.grammar import GrammarError, compile_grammar, compile_json_schema, compiler
 from radixchat.grammar.lexer import DEAD, SPACE, lex_run, walk_run
 from radixchat.grammar.schema import lark_text
 
@@ -76,3 +76,21 @@ def test_the_prefix_walk_gives_the_vectorised_run(smol_info, smol_tokenizer):
         assert crossing(a) == crossing(b)
         checked += 1
     assert checked > 30 and any(len(SPACE.comps[s]) > 1 for s in states)
+
+
+def test_running_states_ahead_never_fails_a_compile_past_its_deadline(smol_info, smol_tokenizer, monkeypatch):
+    """The states a compile runs ahead of the masks are work the masks would do anyway: past the
+    deadline the compile stops running them and succeeds, and the masks compute them."""
+    monkeypatch.setattr(compiler, "past_deadline", lambda: True)
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^[g-k]{2}vq$"}}}
+    g = compile_json_schema(schema, smol_info, cache=False)
+    m = g.matcher()
+    m.advance_bytes(b'{"s":"')
+    assert m.lex not in smol_info._runs  # not run ahead
+    mask = m.allowed().numpy()
+    assert (
+        mask[smol_tokenizer.convert_tokens_to_ids("g")]
+        and not mask[smol_tokenizer.convert_tokens_to_ids("a")]
+    )
+    m.advance_bytes(b'gkvq"}')
+    assert m.is_accepting()
