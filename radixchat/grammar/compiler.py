@@ -185,35 +185,33 @@ class CompiledGrammar:
 
         At most ``PREPARED_STATES`` states a compile, and none past its deadline."""
         t, info = self.tables, self.info
-        starts = [self._start(frozenset((w, *members)))[0] for w, members in self._families]
-        sets = dict.fromkeys(
-            frozenset(n for n in acts if n in t.terminals and n not in self.ignore) for acts in t.actions
-        )
-        starts += [self._start(terms)[0] for terms in sets if terms]
+
+        def quote(terms: frozenset[str]) -> int:  # the state past a lexeme's opening quote
+            start = self._start(terms)[0]
+            return SPACE.step(start, ord('"')) if start != DEAD else DEAD
+
         todo: list[int] = []
-        for k, start in enumerate(starts):
-            quote = SPACE.step(start, ord('"')) if start != DEAD else DEAD
-            if quote == DEAD:
+        for (w, members), family_names in zip(self._families, names):
+            key = quote(frozenset((w, *members)))
+            if key == DEAD:
                 continue
-            todo.append(quote)
-            for name in names[k] if k < len(names) else ():
-                lex = quote
+            todo.append(key)
+            for name in family_names:
+                lex = key
                 for tok in info.greedy_tokens(json.dumps(name, ensure_ascii=False)[1:-1].encode()):
                     for b in tok:
-                        if lex != DEAD:
-                            lex = SPACE.step(lex, b)
+                        lex = SPACE.step(lex, b) if lex != DEAD else DEAD
                     if lex == DEAD:
                         break
                     todo.append(lex)
+        sets = dict.fromkeys(
+            frozenset(n for n in acts if n in t.terminals and n not in self.ignore) for acts in t.actions
+        )
+        todo += [q for terms in sets if terms and (q := quote(terms)) != DEAD]
         for lex in list(dict.fromkeys(todo))[:PREPARED_STATES]:
             if past_deadline():  # work the masks would do anyway: it never fails a compile
                 break
-            base = SPACE.base(lex)
-            if base is None:
-                info.lexrun(lex)
-            else:
-                info.lexrun(base[0])
-                info.lexrun_part(lex, base[1])
+            info.prepare_state(lex)
 
     # -- parser contexts ---------------------------------------------------------------------------
 

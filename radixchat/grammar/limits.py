@@ -46,8 +46,8 @@ def past_deadline() -> bool:
 
 def check(where: str = "") -> None:
     """Raise GrammarError if the current compile is past its deadline."""
-    d = _DEADLINE.get()
-    if d is not None and time.monotonic() > d[0]:
+    if past_deadline():
+        d = _DEADLINE.get()
         near = f" (near {where})" if where else ""
         raise GrammarError(f"{d[2]}: too complex to compile within {d[1]:g} s{near}")
 

@@ -290,6 +290,17 @@ class TokenizerInfo:
                 for local in range(dfa.loop.n_loop):
                     self._profile(dfa, local)
 
+    def prepare_state(self, lex: int) -> None:
+        """Run now what a mask of lexer state ``lex`` will read from this cache (for a compile that runs
+        likely states ahead: ``CompiledGrammar._prepare``): its run, or, for a state with a base
+        (``LexerSpace.base``), the base's run and its own over the few first bytes it differs on."""
+        base = SPACE.base(lex)
+        if base is None:
+            self.lexrun(lex)
+        else:
+            self.lexrun(base[0])
+            self.lexrun_part(lex, base[1])
+
     def ends_first_mask(self, lex: int, run: LexRun) -> np.ndarray:
         """bool[vocab_size]: the text tokens whose first byte cannot continue the lexeme of ``lex``."""
         got = self._ends_mask.get(lex)
@@ -308,7 +319,7 @@ class TokenizerInfo:
         return got
 
     def _rows_name(self, key, lex: int, ids: np.ndarray, offs: np.ndarray) -> tuple[bytes | int, int]:
-        """The cache name of rows ``key`` run from ``lex``: a digest of the rows themselves, so that
+        """The cache name of rows ``key`` run from ``lex``: a name of the rows' content, so that
         equal rows share their runs (each name's key state in an object ends its key on ``"`` and has
         the same few dozen rows after it, ``:``, ``:"``, ``,``..., under a key of its own)."""
         h = hash(key)
@@ -319,7 +330,7 @@ class TokenizerInfo:
 
     def _rows_digest(self, ids: np.ndarray, offs: np.ndarray) -> bytes | int:
         """A name for the rows ``(ids, offs)``: equal rows get the same one, different rows different
-        ones. Small rows: a BLAKE2 digest (~3 us). Big rows (the ~32k of a whitespace group): a digest
+        ones. Up to ``FILTER_ROWS`` rows: a BLAKE2 digest (~3 us). More (the ~32k of a whitespace group): one
         took ~1 ms, paid in the mask of every new lexer state that has such a group, so they are named
         by a CRC (~80 us) and compared with the rows kept under it; rows with the same CRC differ by a
         last index."""

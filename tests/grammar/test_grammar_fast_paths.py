@@ -378,11 +378,9 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
     # below does, and those states count as new)
     from radixchat.grammar import compiler
 
-    prepared, compiler.PREPARED_STATES = compiler.PREPARED_STATES, 0
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compiler, "PREPARED_STATES", 0)
         compile_json_schema(schema, smol_info, cache=False)
-    finally:
-        compiler.PREPARED_STATES = prepared
     del warm_up
     gc.collect()
     gc.collect()  # a tuple of untracked items is untracked by the pass that sees it: twice for nesting
@@ -740,6 +738,12 @@ def test_a_schema_compile_leaves_no_cycle_holding_its_rules(smol_info):
     assert held == []
 
 
+def _first_tokens_allowed(tok, mask, cases) -> None:
+    """Each ``(text, ok)``: the first token of ``text`` is allowed by ``mask`` iff ``ok``."""
+    for text, ok in cases:
+        assert bool(mask[tok.encode(text, add_special_tokens=False)[0]]) is ok, text
+
+
 def test_the_compile_runs_each_open_objects_key_states(smol_info, smol_tokenizer):
     """The compile runs, for each open object, the lexer states past its keys' opening quote and past
     each token of its names as the tokenizer would write them (a partial run of the tokens that start
@@ -751,26 +755,16 @@ def test_the_compile_runs_each_open_objects_key_states(smol_info, smol_tokenizer
         schema, smol_info, cache=False, additional_properties="true", property_order="any"
     )
     m = g.matcher()
-    for t in smol_tokenizer.encode('{"', add_special_tokens=False):
-        m.advance(t)
+    m.advance_bytes(b'{"')
     assert m.lex in smol_info._parts  # run by the compile, before any mask asked for it
-    mask = m.allowed().numpy()
-    for text, ok in [
-        ('quixotic":', True),
-        ('zanzibar":', True),
-        ('other":', True),
-        ('":', True),
-        ("\n", False),
-    ]:
-        first = smol_tokenizer.encode(text, add_special_tokens=False)[0]
-        assert bool(mask[first]) is ok, text
+    cases = [('quixotic":', True), ('zanzibar":', True), ('other":', True), ('":', True), ("\n", False)]
+    _first_tokens_allowed(smol_tokenizer, m.allowed().numpy(), cases)
     for piece in ["qu", "ix"]:  # past "qu, then past "quix
         m.advance(smol_tokenizer.convert_tokens_to_ids(piece))
         assert m.lex in smol_info._parts
-    mask = m.allowed().numpy()
-    for text, ok in [("otic", True), ("ot", True), ("x", True), ('":', True), ("\n", False)]:
-        tid = smol_tokenizer.encode(text, add_special_tokens=False)
-        assert len(tid) == 1 and bool(mask[tid[0]]) is ok, text
+    cases = [("otic", True), ("ot", True), ("x", True), ('":', True), ("\n", False)]
+    assert all(len(smol_tokenizer.encode(text, add_special_tokens=False)) == 1 for text, _ in cases)
+    _first_tokens_allowed(smol_tokenizer, m.allowed().numpy(), cases)
     unprepared = compile_json_schema(
         {"type": "object", "properties": {"quixote": {"type": "integer"}}}, smol_info, cache=False
     )  # closed: no key family, nothing run ahead
@@ -783,14 +777,12 @@ def test_the_compile_runs_the_state_inside_a_string_with_a_new_pattern(smol_info
     schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^[b-f]{3}qz[0-9]$"}}}
     g = compile_json_schema(schema, smol_info, cache=False)
     m = g.matcher()
-    for t in smol_tokenizer.encode('{"s":"', add_special_tokens=False):
-        m.advance(t)
+    m.advance_bytes(b'{"s":"')
     assert len(SPACE.comps[m.lex]) == 1 and not SPACE.is_start[m.lex]
     assert m.lex in smol_info._runs  # run by the compile
-    mask = m.allowed().numpy()
-    for text, ok in [("b", True), ("bed", True), ("bad", False), ("x", False), ('"', False)]:
-        tid = smol_tokenizer.encode(text, add_special_tokens=False)
-        assert len(tid) == 1 and bool(mask[tid[0]]) is ok, text
+    cases = [("b", True), ("bed", True), ("bad", False), ("x", False), ('"', False)]
+    assert all(len(smol_tokenizer.encode(text, add_special_tokens=False)) == 1 for text, _ in cases)
+    _first_tokens_allowed(smol_tokenizer, m.allowed().numpy(), cases)
 
 
 def test_the_compile_runs_the_key_state_of_a_union_of_open_objects(smol_info, smol_tokenizer):
@@ -807,11 +799,9 @@ def test_the_compile_runs_the_key_state_of_a_union_of_open_objects(smol_info, sm
     )
     assert len(g._families) == 2
     m = g.matcher()
-    for t in smol_tokenizer.encode('{"', add_special_tokens=False):
-        m.advance(t)
+    m.advance_bytes(b'{"')
     assert len({d for d, _ in SPACE.comps[m.lex]}) >= 4  # two names, two extra keys
     assert m.lex in smol_info._runs  # run by the compile
-    mask = m.allowed().numpy()
-    for text, ok in [("xy", True), ("y", True), ("other", True), ("\n", False)]:
-        tid = smol_tokenizer.encode(text, add_special_tokens=False)
-        assert len(tid) == 1 and bool(mask[tid[0]]) is ok, text
+    cases = [("xy", True), ("y", True), ("other", True), ("\n", False)]
+    assert all(len(smol_tokenizer.encode(text, add_special_tokens=False)) == 1 for text, _ in cases)
+    _first_tokens_allowed(smol_tokenizer, m.allowed().numpy(), cases)
