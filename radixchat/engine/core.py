@@ -14,8 +14,11 @@ from pathlib import Path
 
 import torch
 
-from radixchat.engine.decode_graph import POLL_S, BuildSpec, DecodeGraphs, compile_unavailable, stream_ranges
+from radixchat.engine.attention import paged_decode_usable
+from radixchat.engine.decode_graph import POLL_S, DecodeGraphs, build_spec, compile_unavailable
 from radixchat.engine.detokenizer import Detokenizer
+from radixchat.engine.kernels import load_paged_attention
+from radixchat.engine.kv_dtype import resolve_kv_dtype
 from radixchat.engine.kv_pool import KVPool, KVShape, ReqToTokenTable
 from radixchat.engine.kvstore import open_tier
 from radixchat.engine.loader import LoadedModel
@@ -53,7 +56,9 @@ class EngineConfig:
     # "auto": compile the decode step on CPU when the weights are a compact format (float32 stays the exact,
     # eager path); "on"; "off". See decode_graph.py (graphs are built by a background process, once).
     compile: str = "off"
-    cache_dir: Path | None = None  # for the compiled decode step
+    cache_dir: Path | None = None  # for the compiled decode step, native kernels and this machine's probes
+    # The KV pool's dtype: None is the model's (the exact path), "auto" is measured per machine (kv_dtype.py).
+    kv_dtype: str | None = None
 
 
 def wants_compile(setting: str, lm: LoadedModel) -> bool:
@@ -77,7 +82,17 @@ class EngineCore:
     def __init__(self, lm: LoadedModel, cfg: EngineConfig | None = None) -> None:
         self.lm = lm
         self.cfg = cfg = cfg or EngineConfig()
-        shape = KVShape(lm.num_layers, lm.num_kv_heads, lm.head_dim, lm.dtype)
+        if lm.device.type == "cpu":
+            load_paged_attention(cfg.cache_dir)
+        self.paged_decode = paged_decode_usable(lm.head_dim, lm.device)
+        kv_dtype = resolve_kv_dtype(
+            cfg.kv_dtype,
+            lm.dtype,
+            lm.device,
+            (lm.model.config.num_attention_heads, lm.num_kv_heads, lm.head_dim),
+            cfg.cache_dir,
+        )
+        shape = KVShape(lm.num_layers, lm.num_kv_heads, lm.head_dim, kv_dtype)
         self.pool = KVPool(shape, pool_capacity(lm, cfg, shape), lm.device)
         self.max_total_len = min(lm.max_context, self.pool.capacity)
         self.table = ReqToTokenTable(cfg.max_running_requests, self.max_total_len, lm.device)
@@ -103,7 +118,7 @@ class EngineCore:
                 spill=cfg.kv_spill,
             )
         self.scheduler.kv_tier = self.kv_tier
-        self.runner = ModelRunner(lm.model, self.pool, self.table)
+        self.runner = ModelRunner(lm.model, self.pool, self.table, paged=self.paged_decode)
         self.decode_state = "off"
         if wants_compile(cfg.compile, lm):
             why = compile_unavailable(lm.model, lm.device) or (
@@ -111,12 +126,7 @@ class EngineCore:
             )
             if why is None:
                 assert cfg.cache_dir is not None
-                spec = BuildSpec(
-                    str(lm.path),
-                    str(lm.dtype).removeprefix("torch."),
-                    lm.weights.as_json(),
-                    stream_ranges(lm.weights.tables, cfg.max_running_requests),
-                )
+                spec = build_spec(lm, kv_dtype, self.paged_decode, cfg.max_running_requests)
                 self.runner.decode_graphs = DecodeGraphs(lm.model, spec, cfg.cache_dir)
             else:
                 self.decode_state = f"failed: {why}"

@@ -57,9 +57,10 @@ class _PoolView:
 class DecodeStep(nn.Module):
     """One pure-decode forward as a function of tensors only (what gets exported)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, paged: bool = False) -> None:
         super().__init__()
         self.model = model
+        self.paged = paged  # attention reads the pool in place (the native kernel, called from the graph)
 
     def forward(
         self,
@@ -79,6 +80,7 @@ class DecodeStep(nn.Module):
             decode_slots=decode_slots,
             decode_lens=decode_lens,
             decode_uniform=streams == 1,  # several streams: always masked, so one graph serves them all
+            paged=self.paged,
         )
         return self.model(input_ids=input_ids, position_ids=positions, use_cache=False, radix=meta).logits
 
@@ -105,11 +107,12 @@ def _source_digest() -> str:
     """The code the graphs were traced through: ours and the transformers version."""
     import transformers
 
-    from radixchat.engine import attention, weights
+    from radixchat.engine import attention, kernels, weights
 
     h = hashlib.sha256()
     for mod in (attention, weights, sys.modules[__name__]):
         h.update(Path(mod.__file__).read_bytes())
+    h.update(kernels.SOURCE.read_bytes())
     h.update(transformers.__version__.encode())
     return h.hexdigest()[:16]
 
@@ -131,6 +134,8 @@ class BuildSpec:
     dtype: str
     plan: dict[str, Any]  # WeightsPlan.as_json()
     ranges: list[tuple[int, int]]
+    kv_dtype: str = "float32"  # the pool's dtype (the graphs read and write it)
+    paged: bool = False  # decode attention through the native kernel
 
     @property
     def key(self) -> str:
@@ -142,6 +147,8 @@ class BuildSpec:
                 self.dtype,
                 self.plan,
                 self.ranges,
+                self.kv_dtype,
+                self.paged,
                 torch.__version__,
                 cpu_name(),
                 cpu_isa(),
@@ -150,6 +157,18 @@ class BuildSpec:
             sort_keys=True,
         )
         return hashlib.sha256(parts.encode()).hexdigest()[:20]
+
+
+def build_spec(lm: Any, kv_dtype: torch.dtype, paged: bool, max_streams: int) -> BuildSpec:
+    """The graphs an engine over ``lm`` (a ``LoadedModel``) needs, with this pool dtype and attention."""
+    return BuildSpec(
+        str(lm.path),
+        str(lm.dtype).removeprefix("torch."),
+        lm.weights.as_json(),
+        stream_ranges(lm.weights.tables, max_streams),
+        str(kv_dtype).removeprefix("torch."),
+        paged,
+    )
 
 
 def package_name(lo: int, hi: int) -> str:
@@ -167,7 +186,7 @@ class DecodeGraphs:
         *,
         build: bool = True,
     ) -> None:
-        self.step = DecodeStep(model)
+        self.step = DecodeStep(model, spec.paged)
         self.spec = spec
         self.dir = cache_dir / "compiled" / spec.key
         self.state = "compiling"
@@ -369,7 +388,14 @@ def _be_nice() -> None:
 
 
 def _spec_dict(spec: BuildSpec) -> dict[str, Any]:
-    return {"model_path": spec.model_path, "dtype": spec.dtype, "plan": spec.plan, "ranges": spec.ranges}
+    return {
+        "model_path": spec.model_path,
+        "dtype": spec.dtype,
+        "plan": spec.plan,
+        "ranges": spec.ranges,
+        "kv_dtype": spec.kv_dtype,
+        "paged": spec.paged,
+    }
 
 
 # -- the builder process ----------------------------------------------------------------------------------
@@ -394,16 +420,27 @@ def _example(streams: int, shape: Any) -> tuple[Any, ...]:
 
 def build(spec: BuildSpec, out_dir: Path, cache_dir: Path) -> None:
     """Load the model of ``spec`` as the serving engine does, and compile its graphs (the builder process)."""
+    from radixchat.engine.kernels import load_paged_attention
     from radixchat.engine.loader import load_model
     from radixchat.engine.weights import WeightsPlan, install_plan
 
+    if spec.paged and (why := load_paged_attention(cache_dir)) is not None:
+        raise RuntimeError(f"the paged attention kernel is unavailable here: {why}")
     lm = load_model(spec.model_path, device="cpu", dtype=spec.dtype, weights="float32", cache_dir=cache_dir)
     install_plan(lm.model, WeightsPlan.from_json(spec.plan))
-    compile_graphs(lm.model, spec.ranges, out_dir)
+    compile_graphs(lm.model, spec.ranges, out_dir, kv_dtype=getattr(torch, spec.kv_dtype), paged=spec.paged)
 
 
-def compile_graphs(model: nn.Module, ranges: list[tuple[int, int]], out_dir: Path) -> None:
-    """Export and compile one graph per stream range of ``model`` (weights plan installed) into ``out_dir``."""
+def compile_graphs(
+    model: nn.Module,
+    ranges: list[tuple[int, int]],
+    out_dir: Path,
+    *,
+    kv_dtype: torch.dtype | None = None,
+    paged: bool = False,
+) -> None:
+    """Export and compile one graph per stream range of ``model`` (weights plan installed) into ``out_dir``,
+    over a pool of ``kv_dtype`` (default: the model's dtype)."""
     from safetensors.torch import save_file
     from torch.export import Dim
 
@@ -415,9 +452,9 @@ def compile_graphs(model: nn.Module, ranges: list[tuple[int, int]], out_dir: Pat
         config.num_hidden_layers,
         getattr(config, "num_key_value_heads", None) or heads,
         getattr(config, "head_dim", None) or config.hidden_size // heads,
-        next(model.parameters()).dtype,
+        kv_dtype or next(model.parameters()).dtype,
     )
-    step = DecodeStep(model).eval()
+    step = DecodeStep(model, paged).eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = Dim("context", min=2, max=MAX_CONTEXT_DIM)
     pool = Dim("slots", min=2, max=MAX_SLOTS_DIM)
@@ -488,7 +525,14 @@ def main(argv: list[str]) -> int:
     spec_file = Path(argv[0])
     data = json.loads(spec_file.read_text())
     raw = data["spec"]
-    spec = BuildSpec(raw["model_path"], raw["dtype"], raw["plan"], [tuple(r) for r in raw["ranges"]])
+    spec = BuildSpec(
+        raw["model_path"],
+        raw["dtype"],
+        raw["plan"],
+        [tuple(r) for r in raw["ranges"]],
+        raw.get("kv_dtype", raw["dtype"]),
+        bool(raw.get("paged", False)),
+    )
     out_dir = spec_file.parent
     torch.set_num_threads(1)
     import warnings

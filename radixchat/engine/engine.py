@@ -179,6 +179,12 @@ class Engine:
         return self.loaded.eos_ids
 
     @property
+    def context_tokens(self) -> int:
+        """The most tokens one request may hold, prompt and output together (the model's context, or
+        the KV pool if that is smaller)."""
+        return self.core.max_total_len
+
+    @property
     def running(self) -> bool:
         return self._serving and self._thread.is_alive()
 
@@ -385,6 +391,8 @@ class Engine:
             dtype=str(self.loaded.dtype).removeprefix("torch."),
             weights=self.loaded.weights.name,
             decode_compiled=core.decode_compiled,
+            kv_dtype=str(pool.shape.dtype).removeprefix("torch."),
+            decode_attention="paged" if core.paged_decode else "gathered",
             bytes_per_token=pool.shape.bytes_per_token,
             device_allocated=allocated,
             device_reserved=reserved,
@@ -491,6 +499,7 @@ def engine_config(settings) -> EngineConfig:  # noqa: ANN001
         debug=settings.debug,
         compile=settings.compile,
         cache_dir=settings.cache_dir,
+        kv_dtype=settings.kv_dtype,
         kv_store_dir=settings.cache_dir / "kv" if settings.kv_store else None,
         kv_store_bytes=int(settings.kv_store_gib * 2**30),
         kv_spill=settings.kv_spill,

@@ -36,10 +36,13 @@ class ScheduledBatch:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, pool: KVPool, table: ReqToTokenTable) -> None:
+    def __init__(
+        self, model: torch.nn.Module, pool: KVPool, table: ReqToTokenTable, *, paged: bool = False
+    ) -> None:
         self.model = model
         self.pool = pool
         self.table = table
+        self.paged = paged  # decode attention reads the pool in place (attention.paged_decode_usable)
         self.device = pool.device
         self.decode_graphs: DecodeGraphs | None = None  # compiled pure-decode steps, once built
 
@@ -55,7 +58,7 @@ class ModelRunner:
         pos_t = torch.tensor(positions, dtype=torch.int64, device=dev)
         table = self.table.table
         out_slots = table[torch.tensor(out_rows, device=dev), pos_t]
-        meta = AttentionBatch(pool=self.pool, out_slots=out_slots, n_decode=batch.n_decode)
+        meta = AttentionBatch(pool=self.pool, out_slots=out_slots, n_decode=batch.n_decode, paged=self.paged)
         if batch.n_decode:
             dec = batch.reqs[: batch.n_decode]
             lens = [s + 1 for s in batch.starts[: batch.n_decode]]

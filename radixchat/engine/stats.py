@@ -62,6 +62,11 @@ class EngineStats:
     # "int4 (layers int4≤16 bfloat16, head float16)"; "float32" is the exact path
     weights: str = "float32"
     decode_compiled: str = "off"  # the compiled decode step: "off", "compiling", "ready" or "failed: <why>"
+    kv_dtype: str = (
+        "float32"  # what the KV pool holds K/V in ("float32" with float32 weights: the exact path)
+    )
+    # how decode attention reads the pool: "paged" (in place, the native kernel) or "gathered" (a copy, SDPA)
+    decode_attention: str = "gathered"
 
     @property
     def weights_format(self) -> str:

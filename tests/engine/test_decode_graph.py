@@ -15,7 +15,9 @@ import torch
 from safetensors import safe_open
 
 from radixchat.engine import decode_graph as G
+from radixchat.engine.attention import paged_decode_usable
 from radixchat.engine.core import EngineConfig, EngineCore
+from radixchat.engine.kernels import load_paged_attention
 from radixchat.engine.loader import describe_model
 from radixchat.engine.request import SamplingParams
 from radixchat.engine.weights import WeightsPlan, apply_weights, install_plan, kernel_unavailable
@@ -35,12 +37,14 @@ def test_compiled_decode_matches_generate_and_is_used(tmp_path, smol_tokenizer, 
     plan = apply_weights(model, "float32", CPU, tmp_path)  # the exact format: equality with generate holds
     model_dir = tmp_path / "model"
     model_dir.mkdir()
-    lm = describe_model(model, smol_tokenizer, "tiny-llama", model_dir)
+    lm = replace(describe_model(model, smol_tokenizer, "tiny-llama", model_dir), weights=plan)
     cfg = EngineConfig(kv_pool_tokens=2048, max_running_requests=4, compile="on", cache_dir=tmp_path)
-    spec = G.BuildSpec(str(model_dir), "float32", plan.as_json(), G.stream_ranges(plan.tables, 4))
+    load_paged_attention()
+    paged = paged_decode_usable(lm.head_dim, CPU)
+    spec = G.build_spec(lm, torch.float32, paged, 4)
     assert spec.ranges == [(1, 1), (2, 4)]
     # Build in this process (the engine would start a background builder), where the engine will look.
-    G.compile_graphs(model, spec.ranges, tmp_path / "compiled" / spec.key)
+    G.compile_graphs(model, spec.ranges, tmp_path / "compiled" / spec.key, paged=paged)
 
     monkeypatch.setattr(G.DecodeGraphs, "_start_builder", _no_builder)
     core = EngineCore(lm, cfg)
@@ -83,9 +87,11 @@ def test_a_package_holds_no_copy_of_the_model_s_own_tensors(tmp_path, smol_token
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     lm = replace(describe_model(model, smol_tokenizer, "tiny-llama", model_dir), weights=plan)
-    spec = G.BuildSpec(str(model_dir), "float32", plan.as_json(), G.stream_ranges(plan.tables, 1))
+    load_paged_attention()
+    paged = paged_decode_usable(lm.head_dim, CPU)
+    spec = G.build_spec(lm, torch.float32, paged, 1)
     out = tmp_path / "compiled" / spec.key
-    G.compile_graphs(model, spec.ranges, out)
+    G.compile_graphs(model, spec.ranges, out, paged=paged)
     with safe_open(str(out / "decode-1-1.constants.safetensors"), framework="pt") as f:
         saved = set(f.keys())  # noqa: SIM118 (a safetensors file, not a dict)
     assert not saved & set(own), sorted(saved & set(own))[:5]
