@@ -41,7 +41,7 @@ KERNELS = ("float32", "bfloat16", "float16", "int4")
 FORMATS: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
     "bfloat16": ("bfloat16", "float32"),
-    "float16": ("float16", "float32"),
+    "float16": ("float16", "bfloat16", "float32"),
     "int4": ("int4", "bfloat16", "float32"),
 }
 WEIGHTS_CHOICES = ("auto", *FORMATS)

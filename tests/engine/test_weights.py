@@ -105,7 +105,8 @@ def test_plan_picks_the_fastest_kernel_per_bucket_within_the_format():
     assert plan.tables["head"] == ((1 << 62, "float32"),)  # with int4 layers the logits stay exact
     assert W.plan_from_probe("float16", timings, CPU).tables["head"] == ((1 << 62, "float16"),)  # never bf16
     assert W.plan_from_probe("float16", timings, CPU).tables["layers"] == (
-        (8, "float16"),
+        (1, "float16"),
+        (64, "bfloat16"),  # prefill chunks take bfloat16 where it is the faster product
         (1 << 62, "float32"),
     )
     assert W.plan_from_probe("float32", timings, CPU).tables["layers"] == ((1 << 62, "float32"),)
