@@ -42,6 +42,8 @@ class BatchLine(BaseModel):
     session: str | None = None
     tools: list[str] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    # When the history outgrows the model's context: drop its oldest turns, or fail the turn.
+    context_overflow: Literal["drop-oldest", "error"] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> BatchLine:

@@ -48,6 +48,11 @@ def record(
         "tool_calls": [c.as_dict() for c in tool_turn.calls] if tool_turn is not None else [],
         "tool_notes": tool_turn.notes if tool_turn is not None else [],
         "schema_errors": schema_errors,
+        "dropped_turns": (
+            sum(r.dropped_turns for r in tool_turn.rounds) if tool_turn is not None else result.dropped_turns
+        )
+        if result
+        else 0,
         "error": error if error is not None else (result.error if result else None),
     }
 

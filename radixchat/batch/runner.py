@@ -75,6 +75,8 @@ class BatchRunner:
         else:
             system = spec.system if spec.system is not None else self.settings.system_prompt
             conv = backend.new_conversation(system=system)
+        if spec.context_overflow is not None:
+            conv.context_overflow = spec.context_overflow
         mode = saved.mode if saved is not None and "mode" not in spec.model_fields_set else spec.mode
         # A continued session keeps its sampling settings; the line's own values win over them.
         kept = saved.sampling.model_dump() if saved is not None else {}

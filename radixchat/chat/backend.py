@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from radixchat.chat.conversation import ChatFormat, Conversation, Message
+from radixchat.chat.conversation import ChatFormat, ContextOverflow, Conversation, Message
 from radixchat.chat.modes import MODES, Mode, ModeError
 from radixchat.chat.usage import UsageTotals, decorate_footer, usage_footer
 from radixchat.sampling import SamplingParams
@@ -47,6 +47,7 @@ class TurnResult:
     ttft_ms: float | None
     decode_tokens_per_s: float | None
     error: str | None = None
+    dropped_turns: int = 0  # earlier turns that left the context before this reply (``fit_context``)
 
     @property
     def prefilled_tokens(self) -> int | None:
@@ -118,6 +119,11 @@ class ChatBackend(ABC):
     base_url: str | None = None
     # Why the cache tree cannot be shown (it lives on the server); None when ``stats()`` has it.
     cache_tree_note: str | None = None
+    # The most tokens a conversation and its reply may hold (None: not known here, as for most servers).
+    # ``reply`` keeps each conversation within it (``Conversation.fit_context``), by ``context_overflow``
+    # unless the conversation sets its own.
+    context_tokens: int | None = None
+    context_overflow: ContextOverflow = "drop-oldest"
 
     async def start(self) -> None:  # noqa: B027  (a default, not a stub: most backends have nothing to start)
         """Begin serving (the in-process engine starts its thread). Called once, on the event loop."""
@@ -148,7 +154,10 @@ class ChatBackend(ABC):
 
     @abstractmethod
     def reply(self, conv: Conversation, params: SamplingParams, constraint: Constraint = None) -> Reply:
-        """Start generating the reply to the conversation's last (user or tool) message."""
+        """Start generating the reply to the conversation's last (user or tool) message. First, where
+        ``context_tokens`` is known, the conversation is fitted to it (``fit_context``: earlier turns may
+        leave the context; the result's ``dropped_turns`` says how many). Raises RadixchatError
+        (ContextOverflowError, a refused request) with the conversation's messages all kept."""
 
     def warm(self, ids: Sequence[int]) -> None:  # noqa: B027  (a default: nothing to warm)
         """Prefill ``ids`` in the background (an opened session's history), so the next turn hits."""

@@ -7,6 +7,11 @@ double BOS, or templates that rewrite earlier turns would otherwise break the ma
 does not render the history as a prefix of the new text (it trims or rewrites earlier turns), or the
 start-up probe finds that delta tokenization disagrees with full tokenization for this tokenizer, we fall
 back to rendering and tokenizing the whole conversation; the radix tree still reuses the longest match.
+
+The model's context is a budget the conversation keeps (``fit_context``): when the next reply would not fit,
+the oldest whole turns after the system prompt leave the context, enough of them at once to bring it down to
+about half, so that the cache is rebuilt once per drop rather than at every turn. They stay in ``messages``
+(on screen and in session files) marked ``dropped``; the model no longer sees them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from radixchat.errors import RadixchatError
 from radixchat.tool_format import strip_tool_calls
 
 Role = Literal["system", "user", "assistant", "tool"]
+ContextOverflow = Literal["drop-oldest", "error"]
+CONTEXT_OVERFLOW: tuple[str, ...] = ("drop-oldest", "error")
 
 # Used only for tokenizers that ship no chat template (base models).
 CHATML_FALLBACK = (
@@ -48,6 +55,10 @@ class ChatTemplateError(RadixchatError):
     """The model's chat template cannot render these messages."""
 
 
+class ContextOverflowError(RadixchatError):
+    """The conversation's next prompt cannot fit the model's context."""
+
+
 @dataclass(slots=True)
 class Message:
     role: Role
@@ -60,6 +71,7 @@ class Message:
     tool_calls: list[dict[str, Any]] | None = None
     name: str | None = None  # tool name, for tool messages
     meta: dict[str, Any] = field(default_factory=dict)  # usage and timings of an assistant turn
+    dropped: bool = False  # left the model's context (``Conversation.fit_context``): kept, not rendered
 
     def template_dict(self, native_tools: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -164,17 +176,30 @@ class Conversation:
         self.tools = tools
         self.messages: list[Message] = list(messages or [])
         self.full_renders = 0  # turns that could not use the delta (for tests and stats)
+        # What ``fit_context`` does when the next prompt and its reply would not fit the model's context
+        # (None: the backend's setting).
+        self.context_overflow: ContextOverflow | None = None
         self._use_delta = _probe or fmt.delta_ok
         if system is not None and not self.messages:
             self.messages.append(Message("system", system))
 
     @property
     def ids(self) -> list[int]:
-        return [t for m in self.messages for t in m.token_ids]
+        return [t for m in self.messages if not m.dropped for t in m.token_ids]
 
     @property
     def text(self) -> str:
-        return "".join(m.rendered for m in self.messages)
+        return "".join(m.rendered for m in self.messages if not m.dropped)
+
+    @property
+    def active(self) -> list[Message]:
+        """The messages the model sees (all but those that left the context)."""
+        return [m for m in self.messages if not m.dropped]
+
+    @property
+    def dropped_turns(self) -> int:
+        """User turns that have left the context."""
+        return sum(1 for m in self.messages if m.dropped and m.role == "user")
 
     @property
     def system(self) -> str | None:
@@ -210,22 +235,111 @@ class Conversation:
     def _append_and_render(self, msg: Message) -> list[int]:
         before = self.text
         self.messages.append(msg)
-        full = self.fmt.render(self.messages, add_generation_prompt=True, tools=self.tools)
+        full = self.fmt.render(self.active, add_generation_prompt=True, tools=self.tools)
         if self._use_delta and full.startswith(before):
             msg.rendered = full[len(before) :]
             msg.token_ids = self.fmt.encode(msg.rendered)
         else:
-            # Re-render everything into this message; earlier messages keep their text but lose ids.
-            self.full_renders += 1
-            for m in self.messages[:-1]:
-                m.token_ids, m.rendered = [], ""
-            msg.rendered = full
-            msg.token_ids = self.fmt.encode(full)
+            self._render_all(full)
         return self.ids
+
+    def _render_all(self, full: str | None = None) -> None:
+        """Re-render the whole active conversation into its last message; earlier messages keep their
+        text but lose their ids (the cache then finds what it can of the new ids)."""
+        self.full_renders += 1
+        if full is None:
+            full = self.fmt.render(self.active, add_generation_prompt=True, tools=self.tools)
+        for m in self.messages:
+            m.token_ids, m.rendered = [], ""
+        last = self.active[-1]
+        last.rendered = full
+        last.token_ids = self.fmt.encode(full)
+
+    # -- the context budget -------------------------------------------------------------------------------
+
+    def fit_context(
+        self, context: int | None, reserve: int = 0, overflow: ContextOverflow = "drop-oldest"
+    ) -> int:
+        """Make the prompt (``ids``) and ``reserve`` tokens of reply fit ``context`` tokens; returns how many
+        turns left the context now (0: it fitted). None: no known context, nothing to do.
+
+        With ``drop-oldest``, the oldest whole turns after the system prompt leave, never the system prompt
+        and never the current turn (the last user message and what follows it), until the prompt is about
+        half the context. Raises ContextOverflowError, changing nothing, when the prompt cannot fit even
+        then (or at all, with ``error``). ``overflow`` applies unless the conversation sets its own."""
+        if context is None:
+            return 0
+        size = len(self.ids)
+        if size + reserve <= context:
+            return 0
+        overflow = self.context_overflow or overflow
+        turns = self._droppable_turns() if overflow == "drop-oldest" else []
+        if size < context and not turns:
+            return 0  # the prompt fits; the reply gets what is left (and ends "length" if it runs out)
+        kept = size
+        chosen: list[list[Message]] = []
+        for turn in turns:
+            if kept <= context // 2:
+                break
+            chosen.append(turn)
+            kept -= sum(self._size(m) for m in turn)
+        if chosen and any(not m.token_ids for turn in chosen for m in turn):
+            kept = self._measure(chosen)  # a full render holds their ids elsewhere: count exactly
+        if kept >= context:
+            if overflow == "error":
+                raise ContextOverflowError(
+                    f"the conversation ({size:,} tokens) no longer fits the model's context of {context:,} "
+                    "tokens (context_overflow is 'error')"
+                )
+            message = self._message_tokens(self._current_turn())
+            raise ContextOverflowError(
+                f"the message ({message:,} tokens; {kept:,} with the system prompt) does not fit the "
+                f"model's context of {context:,} tokens"
+            )
+        if not chosen:
+            return 0
+        for turn in chosen:
+            for m in turn:
+                m.dropped = True
+        self._render_all()
+        return len(chosen)
+
+    def _current_turn(self) -> list[Message]:
+        last_user = max(
+            (i for i, m in enumerate(self.messages) if m.role == "user"), default=len(self.messages)
+        )
+        return self.messages[last_user:]
+
+    def _droppable_turns(self) -> list[list[Message]]:
+        """Whole turns (a user message and what answers it) between the system prompt and the current
+        turn, oldest first."""
+        current = self._current_turn()
+        start = 1 if self.messages and self.messages[0].role == "system" else 0
+        body = [m for m in self.messages[start : len(self.messages) - len(current)] if not m.dropped]
+        turns: list[list[Message]] = []
+        for m in body:
+            if m.role == "user" or not turns:
+                turns.append([m])
+            else:
+                turns[-1].append(m)
+        return turns
+
+    def _measure(self, without: list[list[Message]]) -> int:
+        gone = {id(m) for turn in without for m in turn}
+        kept = [m for m in self.active if id(m) not in gone]
+        return len(self.fmt.encode(self.fmt.render(kept, add_generation_prompt=True, tools=self.tools)))
+
+    def _size(self, m: Message) -> int:
+        """A message's share of ``ids`` (estimated from its text after a full render took its ids)."""
+        return len(m.token_ids) if m.token_ids else len(self.fmt.encode(m.content)) + 4
+
+    def _message_tokens(self, messages: list[Message]) -> int:
+        return sum(len(self.fmt.encode(m.content)) for m in messages)
 
     def truncated(self, n_messages: int) -> Conversation:
         """A copy holding the first ``n_messages`` messages: a branch sharing the cached prefix."""
         conv = Conversation(self.fmt, tools=self.tools, messages=copy.deepcopy(self.messages[:n_messages]))
+        conv.context_overflow = self.context_overflow
         return conv
 
     def pop_reply(self) -> Message:

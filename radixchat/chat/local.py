@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from radixchat.chat.backend import ChatBackend, LoadedKV, StoredKV, TurnResult
-from radixchat.chat.conversation import ChatFormat, Conversation
+from radixchat.chat.conversation import ChatFormat, ContextOverflow, Conversation
 from radixchat.chat.modes import Mode, ModeError
 from radixchat.chat.usage import UsageTotals
 from radixchat.engine import (
@@ -130,10 +130,13 @@ class GrammarService:
 class LocalReply:
     """One streaming reply from the in-process engine."""
 
-    def __init__(self, backend: LocalBackend, conv: Conversation, handle: RequestHandle) -> None:
+    def __init__(
+        self, backend: LocalBackend, conv: Conversation, handle: RequestHandle, dropped_turns: int = 0
+    ) -> None:
         self._backend = backend
         self._conv = conv
         self._handle = handle
+        self._dropped = dropped_turns
         self._ids: list[int] = []
         self._text: list[str] = []
         self._result: TurnResult | None = None
@@ -173,6 +176,7 @@ class LocalReply:
             ttft_ms,
             ev.decode_tokens_per_s,
             ev.error,
+            self._dropped,
         )
         self._backend.replies += 1
 
@@ -190,10 +194,14 @@ class LocalReply:
 class LocalBackend(ChatBackend):
     """Chat over the in-process engine."""
 
-    def __init__(self, engine: Engine, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, engine: Engine, cache_dir: Path | None = None, context_overflow: ContextOverflow = "drop-oldest"
+    ) -> None:
         self.engine = engine
+        self.context_overflow = context_overflow
         self.model_name = engine.model_name
         self.fmt = ChatFormat(engine.tokenizer)
+        self.context_tokens = engine.context_tokens
         loaded = engine.loaded
         self.grammars = GrammarService(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids, cache_dir)
         self.replies = 0  # replies finished (the engine counts requests, warm-ups included)
@@ -201,7 +209,11 @@ class LocalBackend(ChatBackend):
     @classmethod
     def from_settings(cls, settings: Settings, progress: Callable[[str], None] | None = None) -> LocalBackend:
         """Load the model ``settings`` name and build its engine (blocking: run it in a thread)."""
-        return cls(Engine.from_settings(settings, progress=progress), cache_dir=settings.cache_dir)
+        return cls(
+            Engine.from_settings(settings, progress=progress),
+            cache_dir=settings.cache_dir,
+            context_overflow=settings.context_overflow,
+        )
 
     async def start(self) -> None:
         await self.engine.start()
@@ -229,8 +241,10 @@ class LocalBackend(ChatBackend):
         """Start generating the reply to the conversation's last message (raises RequestError).
 
         ``constraint`` is the grammar matcher from ``constraint()`` (a matcher for this engine)."""
+        context = self.context_tokens
+        dropped = conv.fit_context(context, min(params.max_tokens, context // 4), self.context_overflow)
         handle = self.engine.submit(conv.prompt_ids(), params, constraint)
-        return LocalReply(self, conv, handle)
+        return LocalReply(self, conv, handle, dropped)
 
     def warm(self, ids: Sequence[int]) -> None:
         if len(ids) > 1:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationErr
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
 from radixchat.errors import SessionError
 
-SESSION_VERSION = 2
+SESSION_VERSION = 3
 Mode = Literal["chat", "json", "tool"]
 
 
@@ -29,8 +29,13 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "version": 2, "branches": []}
 
 
+def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 marks messages that left the model's context ("dropped", false when absent)."""
+    return {**raw, "version": 3}
+
+
 # version -> function upgrading a raw dict of that version to the next one
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def now() -> datetime:
@@ -47,6 +52,7 @@ class SessionMessage(BaseModel):
     tool_calls: list[dict[str, Any]] | None = None
     name: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+    dropped: bool = False  # left the model's context: shown and kept, no longer sent to the model
 
 
 class SamplingSettings(BaseModel):
@@ -72,7 +78,7 @@ class SessionBranch(BaseModel):
 class SessionFile(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    version: Literal[2] = SESSION_VERSION
+    version: Literal[3] = SESSION_VERSION
     name: str
     model: str
     mode: Mode = "chat"
@@ -193,9 +199,10 @@ def conversation_from_session(
                 m.tool_calls,
                 m.name,
                 dict(m.meta),
+                m.dropped,
             )
         )
-    if not same_model or any(m.role != "system" and not m.token_ids for m in messages):
+    if not same_model or any(m.role != "system" and not m.token_ids for m in messages if not m.dropped):
         for m in messages:  # partial ids are useless: the next turn renders the whole conversation
             m.token_ids, m.rendered = [], ""
     if session.system_prompt is not None and not (messages and messages[0].role == "system"):
@@ -213,6 +220,7 @@ def session_messages(conv: Conversation) -> list[SessionMessage]:
             tool_calls=m.tool_calls,
             name=m.name,
             meta=dict(m.meta),
+            dropped=m.dropped,
         )
         for m in conv.messages
     ]

@@ -69,7 +69,7 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path, conv):
     save_session(session_from_conversation(conv, name="s", model=MODEL), path)
     save_session(session_from_conversation(conv, name="s", model=MODEL), path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
-    assert json.loads(path.read_text())["version"] == 2
+    assert json.loads(path.read_text())["version"] == 3
 
 
 def test_failed_write_keeps_the_old_file(tmp_path, conv, monkeypatch):
@@ -119,7 +119,7 @@ def test_version_1_files_are_migrated_on_load_and_left_untouched(tmp_path):
     old = {"version": 1, "name": "old", "model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     path.write_text(json.dumps(old))
     loaded = load_session(path)
-    assert loaded.version == 2 and loaded.branches == [] and loaded.messages[0].content == "hi"
+    assert loaded.version == 3 and loaded.branches == [] and loaded.messages[0].content == "hi"
     assert json.loads(path.read_text()) == old
 
 

@@ -28,6 +28,7 @@ FIELDS = {
     "tool_calls",
     "tool_notes",
     "schema_errors",
+    "dropped_turns",
     "error",
 }
 
@@ -161,7 +162,7 @@ def test_saved_sessions_continue_in_a_new_run(tmp_path):
     proc = run(["--batch", str(write_jsonl(tmp_path / "a.jsonl", rows)), "--save-sessions", str(sessions)])
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((sessions / "s1.json").read_text())
-    assert saved["version"] == 2 and [m["role"] for m in saved["messages"]] == ["system", "user", "assistant"]
+    assert saved["version"] == 3 and [m["role"] for m in saved["messages"]] == ["system", "user", "assistant"]
     first = records(proc.stdout)[0]
 
     rows = [{"id": "s1b", "session": str(sessions / "s1.json"), "turns": ["Another one."], "max_tokens": 10}]
