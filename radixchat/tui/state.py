@@ -42,7 +42,7 @@ def auto_session_name(when: datetime | None = None) -> str:
 def display_messages(session: SessionFile) -> list[Message]:
     """The session's messages as chat ``Message`` objects (content only: no ids), for showing early."""
     msgs = [
-        Message(m.role, m.content, [], "", m.finish_reason, m.tool_calls, m.name, dict(m.meta))
+        Message(m.role, m.content, [], "", m.finish_reason, m.tool_calls, m.name, dict(m.meta), m.dropped)
         for m in session.messages
     ]
     if session.system_prompt is not None and not (msgs and msgs[0].role == "system"):
@@ -57,10 +57,20 @@ def rerendered(conv: Conversation, fmt: ChatFormat, system: str | None) -> Conve
     for m in rest:
         msgs.append(
             Message(
-                m.role, m.content, [], "", m.finish_reason, copy.deepcopy(m.tool_calls), m.name, dict(m.meta)
+                m.role,
+                m.content,
+                [],
+                "",
+                m.finish_reason,
+                copy.deepcopy(m.tool_calls),
+                m.name,
+                dict(m.meta),
+                m.dropped,
             )
         )
-    return Conversation(fmt, tools=conv.tools, messages=msgs)
+    new = Conversation(fmt, tools=conv.tools, messages=msgs)
+    new.context_overflow = conv.context_overflow
+    return new
 
 
 def ensure_prompt(conv: Conversation) -> None:
@@ -70,7 +80,7 @@ def ensure_prompt(conv: Conversation) -> None:
     if (
         last is not None
         and last.role == "user"
-        and (not last.token_ids or any(not m.token_ids for m in conv.messages if m.role != "system"))
+        and (not last.token_ids or any(not m.token_ids for m in conv.active if m.role != "system"))
     ):
         conv.messages.pop()
         conv.add_user(last.content)

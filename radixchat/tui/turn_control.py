@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from radixchat.chat.conversation import Conversation, Message
 from radixchat.errors import RadixchatError
 from radixchat.tui.backend import make_params
+from radixchat.tui.context import ContextNotices
 from radixchat.tui.host import ChatHost
 from radixchat.tui.in_flight import ReplyInFlight
 from radixchat.tui.messages import TurnFinished
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from textual.message import Message as TextualMessage
     from textual.worker import Worker
 
-    from radixchat.chat.backend import Constraint, Reply
+    from radixchat.chat.backend import Constraint, Reply, TurnResult
 
 
 class TurnHost(ChatHost, Protocol):
@@ -58,6 +59,8 @@ class TurnControl:
         self.host = host
         self.in_flight: ReplyInFlight | None = None  # the turn being generated (Esc stops it)
         self.queued: str | None = None  # sent with Enter before the model was ready
+        self._dropped_before = 0  # the turns outside the context when the turn in flight began
+        self.context_notices = ContextNotices()
 
     async def send(self, text: str) -> bool:
         """Send ``text`` as a user message (into a new branch when editing). False: nothing was sent."""
@@ -80,6 +83,7 @@ class TurnControl:
         editing = s.editing
         conv = s.conv.truncated(editing) if editing is not None else s.conv
         n, tools = len(conv.messages), conv.tools
+        self._dropped_before = conv.dropped_turns
         try:
             if s.mode == "tool":
                 declare_tools(conv, host.tool_declarations())
@@ -166,7 +170,7 @@ class TurnControl:
             return
         if result is not None:
             self.host.state.record(result)
-        self.host.post_message(TurnFinished(result))
+        self._finished(result)
 
     async def _tool_turn(self, turn: ReplyInFlight) -> None:
         host, s = self.host, self.host.state
@@ -196,6 +200,18 @@ class TurnControl:
             host.notify(error, title="Tool turn failed", severity="error")
         finally:
             self.in_flight = None
+        self._finished(result)
+
+    def _finished(self, result: TurnResult | None) -> None:
+        """Say what the turn did to the context (turns that left it, or that it is filling up), then tell
+        the screen the turn is over."""
+        host = self.host
+        conv = host.state.conv
+        dropped = max(0, conv.dropped_turns - self._dropped_before) if conv is not None else 0
+        notice = self.context_notices.after_turn(host.backend, conv, dropped) if host.backend else None
+        if notice and host.transcript.is_attached:  # the app may be closing
+            host.transcript.sync_dropped()
+            host.notify(notice, title="Context", severity="warning" if dropped else "information")
         host.post_message(TurnFinished(result))
 
     def stop(self) -> bool:
@@ -225,6 +241,7 @@ class TurnControl:
         forked = users[-1] < len(conv.messages) - 1
         new = conv.truncated(users[-1] + 1) if forked else conv
         tools = new.tools
+        self._dropped_before = new.dropped_turns
         try:
             ensure_prompt(new)
             if s.mode == "tool":

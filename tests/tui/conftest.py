@@ -139,8 +139,9 @@ class Script:
 
 
 class FakeReply:
-    def __init__(self, backend: FakeBackend, conv: Conversation, text: str) -> None:
+    def __init__(self, backend: FakeBackend, conv: Conversation, text: str, dropped_turns: int = 0) -> None:
         self.backend, self.conv, self.text = backend, conv, text
+        self.dropped_turns = dropped_turns
         self.cancelled = False
         self.prompt_ids = conv.prompt_ids()
         self.cached = min(backend.trie.prefix_len(self.prompt_ids), len(self.prompt_ids) - 1)  # as the engine
@@ -194,7 +195,14 @@ class FakeReply:
         self.backend.counts[1] += self.cached
         self.backend.counts[2] += 1
         self._result = TurnResult(
-            self.conv.messages[-1], reason, len(self.prompt_ids), self.cached, len(ids), 12.0, 42.0
+            self.conv.messages[-1],
+            reason,
+            len(self.prompt_ids),
+            self.cached,
+            len(ids),
+            12.0,
+            42.0,
+            dropped_turns=self.dropped_turns,
         )
 
     async def result(self) -> TurnResult:
@@ -207,6 +215,7 @@ class FakeReply:
 
 class FakeBackend(ChatBackend):
     model_name = "fake-model"
+    context_tokens = 4096  # one token a character (CharTokenizer): the status bar shows the share
 
     def __init__(self, script: Script | None = None, kv: dict[str, list[int]] | None = None) -> None:
         self.fmt = ChatFormat(CharTokenizer())
@@ -224,10 +233,11 @@ class FakeBackend(ChatBackend):
         return Conversation(self.fmt, system=system, tools=tools)
 
     def reply(self, conv: Conversation, params: Any, grammar: Any = None) -> FakeReply:
+        dropped = conv.fit_context(self.context_tokens, 64, self.context_overflow)  # as every backend does
         prompt = next(m.content for m in reversed(conv.messages) if m.role == "user")
         self.script.replies.append(prompt)
         self.grammars.append(grammar)
-        return FakeReply(self, conv, self.script.reply_for(prompt))
+        return FakeReply(self, conv, self.script.reply_for(prompt), dropped)
 
     async def aclose(self) -> None:
         self.closed = True
@@ -343,8 +353,9 @@ class ToolFakeBackend(FakeBackend):
         return ("grammar", mode)
 
     def reply(self, conv: Conversation, params: Any, grammar: Any = None) -> FakeReply:
+        dropped = conv.fit_context(self.context_tokens, 64, self.context_overflow)
         self.grammars.append(grammar)
-        return FakeReply(self, conv, self.plan(conv))
+        return FakeReply(self, conv, self.plan(conv), dropped)
 
 
 def call_then_answer(name: str, arguments: dict[str, Any]) -> Callable[[Conversation], str]:

@@ -29,6 +29,7 @@ from radixchat.chat.modes import MODES, Mode, ModeError
 from radixchat.chat.session import SessionFile
 from radixchat.chat.tools import Tool
 from radixchat.config import Settings
+from radixchat.tui.context import context_use
 from radixchat.tui.in_flight import ReplyInFlight
 from radixchat.tui.lenient import check_reply, lenient_notice, offer_lenient
 from radixchat.tui.messages import (
@@ -155,7 +156,8 @@ class ChatScreen(Screen[None]):
                 activity = ""
         model = self.backend.model_name if self.backend else self.settings.model
         branch = (s.active + 1, max(len(s.branches), 1))
-        bars.first().show(StatusInfo(s.mode, self.mode_problem, model, s.session_name, branch, activity))
+        info = StatusInfo(s.mode, self.mode_problem, model, s.session_name, branch, activity)
+        bars.first().show(info, context_use(self.backend, s.conv))
 
     # -- the backend ----------------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from radixchat.tui.widgets.format import bar, human_bytes
 
 if TYPE_CHECKING:
     from radixchat.engine.stats import EngineStats
+    from radixchat.tui.context import ContextUse
 
 
 class MemoryPanel(Static):
@@ -17,10 +18,11 @@ class MemoryPanel(Static):
         self.border_title = "memory"
         self.update("waiting for the model…")
 
-    def show(self, stats: EngineStats) -> None:
+    def show(self, stats: EngineStats, context: ContextUse | None = None) -> None:
         cap = max(stats.pool_capacity, 1)
         used = stats.pool_used
-        lines = [
+        lines = [context.line()] if context is not None else []
+        lines += [
             f"KV pool {used:,}/{stats.pool_capacity:,} tok {used / cap:>4.0%}",
             f"        {bar(used / cap, 22)}",
             f"        {human_bytes(used * stats.bytes_per_token)} of {human_bytes(stats.pool_bytes)}",
@@ -35,6 +37,7 @@ class MemoryPanel(Static):
             lines.append(f"{stats.device:<7} RSS {human_bytes(stats.process_rss)}")
         compiled = {"ready": " · compiled", "compiling": " · compiling…"}.get(stats.decode_compiled, "")
         lines.append(f"weights {stats.weights_format}{compiled}")
+        lines.append(f"KV      {stats.kv_dtype} · {stats.decode_attention}")
         self.update("\n".join(lines))
 
     def show_remote(self, server: str) -> None:

@@ -23,6 +23,14 @@ class MessageView(Vertical, can_focus=True):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.message = message
         self.index = index
+        self.sync_dropped()
+
+    def sync_dropped(self) -> None:
+        """Show whether the message has left the model's context (kept on screen, dimmed)."""
+        dropped = self.message.dropped
+        self.set_class(dropped, "-dropped")
+        if dropped:
+            self.border_subtitle = "outside the model's context"
 
     def copy_text(self) -> str:
         return self.message.content

@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from radixchat.tui.context import ContextUse, context_use
 from radixchat.tui.widgets.cache_tree import CacheTree
 from radixchat.tui.widgets.hit_rate import HitRatePanel
 from radixchat.tui.widgets.memory import MemoryPanel
@@ -79,7 +80,7 @@ class SidePanel(Vertical):
         if not self.is_attached:  # the app is closing
             return
         if stats is not None:
-            self.show(stats, path, list(state.hit_history))
+            self.show(stats, path, list(state.hit_history), context_use(backend, conv))
             return
         view = RemoteView(
             backend.base_url or "the server",
@@ -98,11 +99,17 @@ class SidePanel(Vertical):
         self.query_one(MemoryPanel).show_remote(view.server)
         self.query_one(SpeedPanel).show_remote(view)
 
-    def show(self, stats: EngineStats, path: Iterable[int], recent: Sequence[float]) -> None:
+    def show(
+        self,
+        stats: EngineStats,
+        path: Iterable[int],
+        recent: Sequence[float],
+        context: ContextUse | None = None,
+    ) -> None:
         self._tree_or_note(None)
         n = len(stats.tree)
         summary = f"{n} node{'' if n == 1 else 's'} · {stats.tree_tokens:,} tokens"
         self.query_one(CacheTree).apply(stats.tree, path, summary)
         self.query_one(HitRatePanel).show(stats, recent)
-        self.query_one(MemoryPanel).show(stats)
+        self.query_one(MemoryPanel).show(stats, context)
         self.query_one(SpeedPanel).show(stats)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
+
+from radixchat.tui.context import NOTICE_SHARE
+
+if TYPE_CHECKING:
+    from radixchat.tui.context import ContextUse
 
 
 @dataclass(slots=True)
@@ -25,7 +31,8 @@ class StatusBar(Horizontal):
         yield Static("", classes="activity", markup=False)
         yield Static("", classes="info", markup=False)
 
-    def show(self, info: StatusInfo) -> None:
+    def show(self, info: StatusInfo, context: ContextUse | None = None) -> None:
+        """``context``: how much of the model's context the conversation uses (None: not known)."""
         if len(self.children) < 3:  # not composed yet, or already torn down
             return
         mode = self.query_one(".mode", Static)
@@ -41,4 +48,8 @@ class StatusBar(Horizontal):
         parts.append(f"session {info.session}" if info.session else "unsaved")
         if info.branch[1] > 1:
             parts.append(f"branch {info.branch[0]}/{info.branch[1]}")
-        self.query_one(".info", Static).update(" · ".join(parts))
+        if context is not None:
+            parts.append(context.label())
+        info_view = self.query_one(".info", Static)
+        info_view.update(" · ".join(parts))
+        info_view.set_class(context is not None and context.share >= NOTICE_SHARE, "-context-full")

@@ -50,6 +50,11 @@ class Transcript(VerticalScroll, can_focus=False):
         await self.mount_all(widgets)
         self.anchor()
 
+    def sync_dropped(self) -> None:
+        """Show which messages have left the model's context (``Conversation.fit_context``)."""
+        for view in self.messages():
+            view.sync_dropped()
+
     def messages(self) -> list[MessageView]:
         return [w for w in self.children if isinstance(w, MessageView)]
 
