@@ -17,6 +17,11 @@ Workloads, greedy, the same token ids for every engine (SmolLM2's chat template,
   cache (llama-cpp-python reuses the longest common prefix of its last prompt); TTFT of turns 2-6;
 - *cold prefill*: a ~1k-token prompt no engine has seen, TTFT (1 token).
 Every figure is the median over ``repeats``; ratios are against llama.cpp measured in the same run.
+
+``--history`` runs the long-conversation sweep instead (issue 32): a chat of facts grown to about 0.5k, 2k, 4k
+and 7.5k tokens, then a question; per length, the cold-prefill TTFT of the whole history, the decode speed
+of a 64-token reply, and the TTFT of the next turn over the cached history. llama.cpp runs twice, with
+flash attention off and on, and each ratio is against its better figure.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ CHAT = [
 DECODE_TOKENS = 128
 REPLY_TOKENS = 32
 STREAMS = 8
+HISTORY_TOKENS = (500, 2000, 4000, 7500)
+HISTORY_REPLY = 64
+FOLLOW_UP = "Thanks. Which of these facts is the oldest?"
 
 
 def gguf_path() -> Path:
@@ -80,7 +88,77 @@ def prompts(tok) -> dict:
     }
 
 
+def history_prompts(tok) -> list[dict]:
+    """For each length: the ids of a chat of facts of about that many tokens ending in a question, and the
+    ids a follow-up turn appends after the reply (the reply's own ids go between them)."""
+    out = []
+    for target in HISTORY_TOKENS:
+        messages: list[dict] = [
+            {"role": "system", "content": "You are a careful archivist. Keep every fact."}
+        ]
+        i = 0
+        while True:
+            i += 1
+            fact = (
+                f"Fact {i}: the lighthouse of harbour {i} was built in {1700 + 7 * i % 300}, is "
+                f"{12 + i % 40} metres tall and its keeper's dog is called Rover {i}."
+            )
+            trial = messages + [
+                {"role": "user", "content": fact},
+                {"role": "assistant", "content": f"Noted fact {i}."},
+            ]
+            if len(chat_ids(tok, trial + [{"role": "user", "content": "?"}])) > target:
+                break
+            messages = trial
+        messages.append({"role": "user", "content": "List the three tallest lighthouses and their dogs."})
+        prompt = chat_ids(tok, messages)
+        follow = tok(
+            f"<|im_end|>\n<|im_start|>user\n{FOLLOW_UP}<|im_end|>\n<|im_start|>assistant\n",
+            add_special_tokens=False,
+        ).input_ids
+        out.append({"target": target, "prompt": prompt, "follow": follow})
+    return out
+
+
 # -- llama.cpp --------------------------------------------------------------------------------------------
+
+
+def run_llama_history(threads: int, flash_attn: bool) -> dict:
+    from llama_cpp import Llama
+
+    tok = tokenizer()
+    llm = Llama(
+        model_path=str(gguf_path()),
+        n_ctx=8192,
+        n_threads=threads,
+        n_threads_batch=threads,
+        flash_attn=flash_attn,
+        verbose=False,
+    )
+    rows = []
+    for h in history_prompts(tok):
+        llm.reset()
+        started = time.perf_counter()
+        first = last = None
+        n = 0
+        for _ in llm.generate(h["prompt"], temp=0.0, top_k=1):
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            n += 1
+            if n >= HISTORY_REPLY:
+                break
+        reply = list(llm._input_ids[len(h["prompt"]) :])  # noqa: SLF001 - what it holds in its cache
+        cold = first - started
+        tps = (n - 1) / (last - first)
+        started = time.perf_counter()
+        for _ in llm.generate(h["prompt"] + reply + h["follow"], temp=0.0, top_k=1):
+            cached = time.perf_counter() - started
+            break
+        rows.append(
+            {"tokens": len(h["prompt"]), "cold_ttft_s": cold, "decode_tps": tps, "cached_ttft_s": cached}
+        )
+    return {"engine": f"llama.cpp (flash attention {'on' if flash_attn else 'off'})", "history": rows}
 
 
 def run_llama(threads: int, repeats: int) -> dict:
@@ -201,19 +279,63 @@ async def _radixchat(
     }
 
 
+async def _radixchat_history(wait_compiled: float) -> dict:
+    from radixchat.config import Settings
+    from radixchat.engine import Engine, SamplingParams
+
+    # As a user runs it, but without the disk KV store: cold must be cold, the next turn from the tree alone.
+    engine = Engine.from_settings(Settings(kv_store=False))
+    tok = engine.tokenizer
+    greedy = SamplingParams(temperature=0.0, max_tokens=HISTORY_REPLY, ignore_eos=True)
+    rows = []
+    async with engine:
+        await engine.generate(tok("Hello").input_ids, SamplingParams(max_tokens=2))  # warm up
+        deadline = time.monotonic() + wait_compiled
+        while engine.stats(tree=False).decode_compiled == "compiling" and time.monotonic() < deadline:
+            await asyncio.sleep(2)
+        stats = engine.stats(tree=False)
+        for h in history_prompts(tok):
+            engine.call(engine.core.cache.reset)
+            c = await engine.generate(h["prompt"], greedy)
+            follow = await engine.generate(
+                h["prompt"] + c.token_ids + h["follow"], SamplingParams(max_tokens=1)
+            )
+            rows.append(
+                {
+                    "tokens": len(h["prompt"]),
+                    "cold_ttft_s": c.ttft_s,
+                    "decode_tps": c.decode_tokens_per_s,
+                    "cached_ttft_s": follow.ttft_s,
+                }
+            )
+    return {
+        "engine": f"radixchat ({stats.weights}; KV {stats.kv_dtype}; attention {stats.decode_attention}"
+        f"{'; compiled' if stats.decode_compiled == 'ready' else ''})",
+        "decode_compiled": stats.decode_compiled,
+        "history": rows,
+    }
+
+
 # -- the parent: one engine per process, one at a time ----------------------------------------------------
 
 
 def child(args: argparse.Namespace) -> dict:
-    import torch
-
-    torch.set_num_threads(args.threads)
+    # The thread count comes from OMP_NUM_THREADS (the parent sets it). Never torch.set_num_threads here:
+    # on the main thread it starts a second OpenMP team beside the engine's, and with more OpenMP threads
+    # than cores every kernel of the engine's thread got slower (a 460-token prefill took 0.60 s, not 0.45).
+    if args.child in ("llama-history", "llama-fa-history"):
+        return run_llama_history(args.threads, flash_attn=args.child == "llama-fa-history")
+    if args.child == "auto-history":
+        return asyncio.run(_radixchat_history(args.wait_compiled))
     if args.child == "llama":
         return run_llama(args.threads, args.repeats)
     weights, compile_ = ("float32", "off") if args.child == "float32" else ("auto", "auto")
     # The float32 baseline is there for decode and cold prefill ("no slower than today's float32").
     full = args.child == "auto"
     return asyncio.run(_radixchat(weights, compile_, args.repeats, args.wait_compiled, full))
+
+
+CHILDREN = ["llama", "auto", "float32", "llama-history", "llama-fa-history", "auto-history"]
 
 
 def cpu_line() -> str:
@@ -229,15 +351,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--wait-compiled", type=float, default=900, help="seconds to wait for the compiled decode"
     )
-    parser.add_argument("--json", type=Path, default=Path("bench/results/vs_llama.json"))
-    parser.add_argument("--child", choices=["llama", "auto", "float32"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--history", action="store_true", help="the long-conversation sweep (0.5k to 7.5k tokens of history)"
+    )
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--child", choices=CHILDREN, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args)))
         return 0
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    names = (
+        ("llama-history", "llama-fa-history", "auto-history")
+        if args.history
+        else ("llama", "auto", "float32")
+    )
     results = {}
-    for name in ("llama", "auto", "float32"):
+    for name in names:
         cmd = [
             sys.executable,
             "-m",
@@ -256,12 +386,44 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
             return 1
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
-    report(results, args)
+    (report_history if args.history else report)(results, args)
+    args.json = args.json or Path(f"bench/results/vs_llama{'_history' if args.history else ''}.json")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps({"cpu": cpu_line(), "threads": args.threads, "results": results}, indent=2)
     )
     return 0
+
+
+def report_history(results: dict, args: argparse.Namespace) -> None:
+    off, on, ours = results["llama-history"], results["llama-fa-history"], results["auto-history"]
+    print(f"# long conversations: radixchat vs llama.cpp — {cpu_line()}; {args.threads} threads")
+    print(f"command: python -m bench.vs_llama --history --threads {args.threads}\n")
+    print(f"radixchat: {ours['engine']}\n")
+    print(
+        "| history (tokens) | llama.cpp decode, FA off / on (tok/s) | radixchat decode (tok/s) | **decode ratio** "
+        "| cold TTFT llama.cpp / radixchat (s) | **cold ratio** | cached-turn TTFT llama.cpp / radixchat (ms) "
+        "| cached ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for a, b, r in zip(off["history"], on["history"], ours["history"]):
+        best_tps = max(a["decode_tps"], b["decode_tps"])
+        best_cold = min(a["cold_ttft_s"], b["cold_ttft_s"])
+        best_cached = min(a["cached_ttft_s"], b["cached_ttft_s"])
+        print(
+            f"| {r['tokens']} | {a['decode_tps']:.1f} / {b['decode_tps']:.1f} | {r['decode_tps']:.1f} | "
+            f"**{r['decode_tps'] / best_tps:.2f}×** | {best_cold:.2f} / {r['cold_ttft_s']:.2f} | "
+            f"**{r['cold_ttft_s'] / best_cold:.2f}×** | {best_cached * 1e3:.0f} / {r['cached_ttft_s'] * 1e3:.0f} | "
+            f"{r['cached_ttft_s'] / best_cached:.2f}× |"
+        )
+    first, last = (
+        r["decode_tps"] / max(a["decode_tps"], b["decode_tps"])
+        for a, b, r in (
+            (off["history"][0], on["history"][0], ours["history"][0]),
+            (off["history"][-1], on["history"][-1], ours["history"][-1]),
+        )
+    )
+    print(f"\ndecode ratio at the longest history / at the shortest: **{last / first:.2f}** (target ≥ 0.9)")
 
 
 def report(results: dict, args: argparse.Namespace) -> None:
