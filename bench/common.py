@@ -80,6 +80,27 @@ def long_text(tokenizer, n_tokens: int, seed_words: str = SYSTEM_WORDS) -> str:
     return text
 
 
+def fact_chat(count_tokens, target: int) -> list[dict]:  # noqa: ANN001
+    """A chat of facts (system prompt, then user facts each acknowledged) of at most about ``target`` tokens
+    with room for one more question; ``count_tokens(messages)`` renders and counts. The long-conversation
+    benches (vs_llama --history, long_session, app_speed --history) share it."""
+    messages: list[dict] = [{"role": "system", "content": "You are a careful archivist. Keep every fact."}]
+    i = 0
+    while True:
+        i += 1
+        fact = (
+            f"Fact {i}: the lighthouse of harbour {i} was built in {1700 + 7 * i % 300}, is "
+            f"{12 + i % 40} metres tall and its keeper's dog is called Rover {i}."
+        )
+        trial = messages + [
+            {"role": "user", "content": fact},
+            {"role": "assistant", "content": f"Noted fact {i}."},
+        ]
+        if count_tokens(trial + [{"role": "user", "content": "?"}]) > target:
+            return messages
+        messages = trial
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 

@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import SYSTEM_WORDS
+from bench.common import SYSTEM_WORDS, fact_chat
 
 STORY = "Write a long story about a lighthouse keeper and a storm. Use many details."
 CHAT = [
@@ -93,23 +93,7 @@ def history_prompts(tok) -> list[dict]:
     ids a follow-up turn appends after the reply (the reply's own ids go between them)."""
     out = []
     for target in HISTORY_TOKENS:
-        messages: list[dict] = [
-            {"role": "system", "content": "You are a careful archivist. Keep every fact."}
-        ]
-        i = 0
-        while True:
-            i += 1
-            fact = (
-                f"Fact {i}: the lighthouse of harbour {i} was built in {1700 + 7 * i % 300}, is "
-                f"{12 + i % 40} metres tall and its keeper's dog is called Rover {i}."
-            )
-            trial = messages + [
-                {"role": "user", "content": fact},
-                {"role": "assistant", "content": f"Noted fact {i}."},
-            ]
-            if len(chat_ids(tok, trial + [{"role": "user", "content": "?"}])) > target:
-                break
-            messages = trial
+        messages = fact_chat(lambda m: len(chat_ids(tok, m)), target)
         messages.append({"role": "user", "content": "List the three tallest lighthouses and their dogs."})
         prompt = chat_ids(tok, messages)
         follow = tok(

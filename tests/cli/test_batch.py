@@ -123,6 +123,11 @@ def test_usage_errors_exit_2(tmp_path):
     assert proc.returncode == 2 and "invalid setting 'top_p'" in proc.stderr
     proc = run(["--batch", "-", "--weights", "int3"], stdin="{}")
     assert proc.returncode == 2 and "invalid setting 'weights'" in proc.stderr and "'int4'" in proc.stderr
+    proc = run(["--batch", "-", "--kv-dtype", "int8"], stdin="{}")
+    assert proc.returncode == 2 and "invalid setting 'kv_dtype'" in proc.stderr and "'float16'" in proc.stderr
+    proc = run(["--batch", "-", "--context-overflow", "truncate"], stdin="{}")
+    assert proc.returncode == 2 and "invalid setting 'context_overflow'" in proc.stderr
+    assert "'drop-oldest' or 'error'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     # A compact format runs on the CPU only: said before any model loads, naming what can run.
     proc = run(["--batch", "-", "--weights", "int4", "--device", "cuda"], stdin="{}")
     assert proc.returncode == 2 and "weights format 'int4' cannot run" in proc.stderr
@@ -393,3 +398,29 @@ def test_sigkill_leaves_written_lines_and_session_files_valid(tmp_path):
     assert saved
     for path in saved:
         load_session(path)  # every session file on disk is complete and valid
+
+
+def test_a_conversation_that_outgrows_the_context_drops_its_oldest_turns(tmp_path):
+    """With a 320-token context (the pool), a long conversation goes on: its records say how many turns left
+    the context; with "context_overflow": "error" the turn that no longer fits is an error record instead;
+    a bad value is an error record naming the choices."""
+    turns = [f"Remember item {i}: a red box with the number {i * 7} written on it." for i in range(10)]
+    rows = [
+        {"id": "drop", "turns": turns, "max_tokens": 12, "temperature": 0},
+        {"id": "strict", "turns": turns, "max_tokens": 12, "temperature": 0, "context_overflow": "error"},
+        {"id": "bad", "turns": ["x"], "context_overflow": "truncate"},
+    ]
+    proc = run(
+        ["--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--kv-pool-tokens", "320", "--ordered"]
+    )
+    assert proc.returncode == 1, proc.stderr  # the strict and the bad line fail; the other runs to the end
+    recs = records(proc.stdout)
+    drop = [r for r in recs if r["id"] == "drop"]
+    assert len(drop) == 10 and all(r["error"] is None for r in drop)
+    assert sum(r["dropped_turns"] for r in drop) >= 1 and drop[0]["dropped_turns"] == 0
+    assert all(r["usage"]["prompt_tokens"] < 320 for r in drop)
+    strict = [r for r in recs if r["id"] == "strict"]
+    assert 1 < len(strict) < 10 and all(r["dropped_turns"] == 0 for r in strict)
+    assert "no longer fits the model's context of 320 tokens" in strict[-1]["error"]
+    (bad,) = [r for r in recs if r["id"] == "bad"]
+    assert "context_overflow" in bad["error"] and "'drop-oldest'" in bad["error"]

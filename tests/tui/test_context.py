@@ -64,3 +64,33 @@ async def test_turns_that_leave_the_context_stay_on_screen_dimmed_and_in_the_ses
         assert not views[-1].has_class("-dropped")
         saved = load_session(session_path(settings.sessions_dir, app.chat.state.session_name))
         assert [m.dropped for m in saved.messages] == [m.dropped for m in conv.messages]
+
+
+async def test_a_long_transcript_lays_out_its_last_messages_and_shows_earlier_ones_on_request(make_app, fake):
+    """Only the last VISIBLE messages take part in layout (every streaming write lays the screen out);
+    the earlier ones are one line away: click it, or Up from the first shown message."""
+    from radixchat.tui.widgets.transcript import VISIBLE, EarlierMessages
+
+    fake.script = Script(reply_for=lambda p: "ok")
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        for i in range(VISIBLE // 2 + 5):
+            await say(app, pilot, f"m{i}")
+        transcript = app.chat.transcript
+        views = transcript.messages()
+        shown = [v for v in views if v.display]
+        assert len(views) == VISIBLE + 10 and len(shown) == VISIBLE and shown[-1] is views[-1]
+        note = transcript.query_one(EarlierMessages)
+        assert note.display and "10 earlier messages" in str(note.render())
+        shown[0].focus()
+        await pilot.press("up")  # from the first shown message: the earlier ones appear, focus moves up
+        await pilot.pause()
+        assert all(v.display for v in transcript.messages()) and not note.display
+        assert app.focused is views[9]
+        await say(app, pilot, "one more")  # the next turn hides the oldest again
+        assert sum(v.display for v in transcript.messages()) == VISIBLE
+        transcript.scroll_home(animate=False)  # scrolled up to it, as a user would
+        await pilot.pause()
+        await pilot.click(EarlierMessages)
+        assert all(v.display for v in transcript.messages())

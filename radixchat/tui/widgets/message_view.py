@@ -40,13 +40,21 @@ class MessageView(Vertical, can_focus=True):
         self.notify("Copied the message to the clipboard", timeout=2)
 
     def action_neighbour(self, step: int) -> None:
-        views = [w for w in self.parent.children if isinstance(w, MessageView)] if self.parent else []
+        views = self._shown()
         i = views.index(self) + step
+        if i < 0 and hasattr(self.parent, "reveal_earlier"):  # the first shown: show the earlier ones
+            self.parent.reveal_earlier()
+            views = self._shown()
+            i = views.index(self) + step
         if 0 <= i < len(views):
             views[i].focus()
             views[i].scroll_visible()
         elif step > 0:
             self.action_back_to_prompt()
+
+    def _shown(self) -> list[MessageView]:
+        siblings = self.parent.children if self.parent else []
+        return [w for w in siblings if isinstance(w, MessageView) and w.display]
 
     def action_back_to_prompt(self) -> None:
         self.screen.query_one(PromptInput).focus()
