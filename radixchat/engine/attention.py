@@ -30,7 +30,7 @@ PAGED_HEAD_DIMS = (16, 32, 64, 128, 256)  # what the native decode kernel is bui
 
 
 def paged_decode_usable(head_dim: int, device: torch.device) -> bool:
-    """Whether decode steps of this model can read the pool in place here (the kernel is loaded)."""
+    """Whether attention of this model can read the pool in place here (the kernels are loaded)."""
     from radixchat.engine.kernels import paged_attention_ready
 
     return device.type == "cpu" and head_dim in PAGED_HEAD_DIMS and paged_attention_ready()
@@ -58,6 +58,13 @@ class AttentionBatch:
     decode_uniform: bool = True  # all decode sequences have the same length: no padding mask
     paged: bool = False  # decode reads the pool in place (the native kernel) instead of gathering
     extends: list[ExtendSeq] = field(default_factory=list)
+    # Prefill chunks read the pool in place too, with bfloat16 products (``paged_extend``): set on the fast
+    # path (a half-precision pool), never on the exact one. Per extend sequence: its slot row (all of its
+    # positions), where its queries start (after the decode tokens), how many, and how many keys it sees.
+    extend_slots: torch.Tensor | None = None
+    extend_q_starts: torch.Tensor | None = None
+    extend_q_lens: torch.Tensor | None = None
+    extend_kv_lens: torch.Tensor | None = None
     _decode_masks: dict[int | None, torch.Tensor | None] = field(default_factory=dict)
 
     def decode_mask(self, window: int | None) -> torch.Tensor | None:
@@ -175,6 +182,20 @@ def radix_attention(
             mask=None if radix.paged else radix.decode_mask(window),
         )
 
+    if radix.extend_slots is not None:
+        assert radix.extend_q_starts is not None and radix.extend_q_lens is not None
+        out[nd:] = torch.ops.radixchat.paged_extend(
+            q[:, nd:].transpose(0, 1).float(),
+            k_cache,
+            v_cache,
+            radix.extend_slots,
+            radix.extend_q_starts,
+            radix.extend_q_lens,
+            radix.extend_kv_lens,
+            scaling if scaling is not None else q.shape[-1] ** -0.5,
+            window or 0,
+        ).to(out.dtype)
+        return out.unsqueeze(0), None
     for seq in radix.extends:
         s, e = seq.q_start, seq.q_start + seq.q_len
         qs = q[:, s:e].unsqueeze(0)  # [1, Hq, q_len, D]

@@ -118,7 +118,12 @@ class EngineCore:
                 spill=cfg.kv_spill,
             )
         self.scheduler.kv_tier = self.kv_tier
-        self.runner = ModelRunner(lm.model, self.pool, self.table, paged=self.paged_decode)
+        # Prefill chunks read the pool in place as well, in bfloat16, when it is half precision (the fast path;
+        # a float32 pool keeps SDPA, the exact path the equality tests hold).
+        paged_extend = self.paged_decode and kv_dtype != torch.float32 and lm.dtype == torch.float32
+        self.runner = ModelRunner(
+            lm.model, self.pool, self.table, paged=self.paged_decode, paged_extend=paged_extend
+        )
         self.decode_state = "off"
         if wants_compile(cfg.compile, lm):
             why = compile_unavailable(lm.model, lm.device) or (

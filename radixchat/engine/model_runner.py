@@ -37,12 +37,19 @@ class ScheduledBatch:
 
 class ModelRunner:
     def __init__(
-        self, model: torch.nn.Module, pool: KVPool, table: ReqToTokenTable, *, paged: bool = False
+        self,
+        model: torch.nn.Module,
+        pool: KVPool,
+        table: ReqToTokenTable,
+        *,
+        paged: bool = False,
+        paged_extend: bool = False,
     ) -> None:
         self.model = model
         self.pool = pool
         self.table = table
         self.paged = paged  # decode attention reads the pool in place (attention.paged_decode_usable)
+        self.paged_extend = paged_extend  # so do prefill chunks, in bfloat16 (the fast path only)
         self.device = pool.device
         self.decode_graphs: DecodeGraphs | None = None  # compiled pure-decode steps, once built
 
@@ -72,9 +79,18 @@ class ModelRunner:
             meta.decode_slots = slots
             meta.decode_lens = lens_t
         q_start = batch.n_decode
-        for req, start, n in zip(
-            batch.reqs[batch.n_decode :], batch.starts[batch.n_decode :], batch.num_new[batch.n_decode :]
-        ):
+        extends = list(
+            zip(batch.reqs[batch.n_decode :], batch.starts[batch.n_decode :], batch.num_new[batch.n_decode :])
+        )
+        if self.paged_extend and extends:
+            width = max(start + n for _, start, n in extends)
+            meta.extend_slots = table[torch.tensor([r.row for r, _, _ in extends], device=dev), :width]
+            starts = [sum(n for _, _, n in extends[:i]) for i in range(len(extends))]
+            meta.extend_q_starts = torch.tensor(starts, dtype=torch.int64)
+            meta.extend_q_lens = torch.tensor([n for _, _, n in extends], dtype=torch.int64)
+            meta.extend_kv_lens = torch.tensor([start + n for _, start, n in extends], dtype=torch.int64)
+            return meta, pos_t, out_slots
+        for req, start, n in extends:
             kv_slots = table[req.row, : start + n] if start > 0 else None
             meta.extends.append(ExtendSeq(q_start, n, start + n, kv_slots))
             q_start += n

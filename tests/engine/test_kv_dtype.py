@@ -71,13 +71,16 @@ def _guard_text(tokenizer, n_tokens: int = 4000) -> list[int]:
 
 def _teacher_forced(lm, ids: list[int], kv_dtype: torch.dtype, chunk: int = 512, decoded: int = 64):
     """(top-1 token, NLL of the next token) at every position, computed over a pool of ``kv_dtype`` as the
-    engine would: prefill chunks whose attention reads earlier chunks from the pool, then the last
-    ``decoded`` positions one token at a time, as decode steps (the paged kernel where it is built)."""
+    engine would: prefill chunks whose attention reads earlier chunks from the pool (in bfloat16 products
+    over a half-precision pool), then the last ``decoded`` positions one token at a time, as decode steps
+    (the paged kernels where they are built)."""
     n = len(ids)
     pool = KVPool(KVShape(lm.num_layers, lm.num_kv_heads, lm.head_dim, kv_dtype), n, CPU)
     table = ReqToTokenTable(1, n, CPU)
     table.write(0, 0, list(range(1, n + 1)))
-    runner = ModelRunner(lm.model, pool, table, paged=paged_decode_usable(lm.head_dim, CPU))
+    paged = paged_decode_usable(lm.head_dim, CPU)
+    # as the engine runs it: prefill chunks in place, in bfloat16, over a half-precision pool
+    runner = ModelRunner(lm.model, pool, table, paged=paged, paged_extend=paged and kv_dtype != torch.float32)
     req = SimpleNamespace(row=0, total_len=n)
     target = torch.tensor(ids[1:] + [0])
     top, nll = [], []

@@ -132,3 +132,76 @@ def test_the_kernel_refuses_what_it_cannot_do():
         torch.ops.radixchat.paged_decode(
             torch.randn(1, 2, 48), k2, v2, torch.ones(1, 4, dtype=torch.long), torch.tensor([2]), 1.0, 0
         )
+
+
+def _extend_reference(q, k, v, slots, q_starts, q_lens, kv_lens, window):
+    """Per sequence: its queries over its visible keys (bottom-right causal, and the window), SDPA in float32
+    over the bfloat16-rounded operands the kernel multiplies."""
+    out = []
+    for n in range(len(q_lens)):
+        t0, tq, tk = int(q_starts[n]), int(q_lens[n]), int(kv_lens[n])
+        qs = q[t0 : t0 + tq].bfloat16().float().transpose(0, 1)[None]
+        idx = slots[n, :tk]
+        kn = k[idx].bfloat16().float().transpose(0, 1)[None]
+        vn = v[idx].bfloat16().float().transpose(0, 1)[None]
+        qp = torch.arange(tq)[:, None] + tk - tq
+        kp = torch.arange(tk)[None]
+        mask = kp <= qp
+        if window:
+            mask &= kp > qp - window
+        out.append(
+            F.scaled_dot_product_attention(qs, kn, vn, attn_mask=mask, enable_gqa=True)[0].transpose(0, 1)
+        )
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 2, 16), (32, 8, 128), (4, 1, 256), (6, 6, 32)])
+@pytest.mark.parametrize("window", [0, 50])
+def test_paged_extend_matches_sdpa_within_bfloat16_rounding(dtype, hq, hkv, d, window):
+    """Prefill chunks over their prefix and themselves, several sequences in one call: what SDPA gives on the
+    same (bfloat16-rounded) operands, within the rounding of the weights to bfloat16 (~0.4% of a value)."""
+    k, v = _pool(3000, hkv, d, dtype)
+    g = torch.Generator().manual_seed(4)
+    q_lens = torch.tensor([1, 17, 300, 40, 33])
+    kv_lens = torch.tensor([1, 600, 300, 1000, 290])  # no prefix, a prefix, chunk edges, partial pairs
+    q_starts = torch.cumsum(q_lens, 0) - q_lens
+    slots = torch.randint(1, 3000, (len(q_lens), 1000), generator=g)
+    q = torch.randn(int(q_lens.sum()), hq, d, generator=g)
+    got = torch.ops.radixchat.paged_extend(q, k, v, slots, q_starts, q_lens, kv_lens, d**-0.5, window)
+    want = _extend_reference(q, k, v, slots, q_starts, q_lens, kv_lens, window)
+    assert got.shape == want.shape
+    assert (got - want).norm() / want.norm() < 5e-3
+    torch.testing.assert_close(got, want, rtol=0, atol=3e-2)
+
+
+def test_a_prefill_rows_result_does_not_depend_on_its_batch():
+    """A query's result, bit for bit, whether its sequence runs alone or beside others, whatever the thread
+    count: each row's sums run in one order."""
+    k, v = _pool(3000, 3, 64, torch.float16)
+    g = torch.Generator().manual_seed(5)
+    q_lens, kv_lens = torch.tensor([40, 300, 7]), torch.tensor([900, 300, 2000])
+    q_starts = torch.cumsum(q_lens, 0) - q_lens
+    slots = torch.randint(1, 3000, (3, 2000), generator=g)
+    q = torch.randn(int(q_lens.sum()), 9, 64, generator=g)
+    both = torch.ops.radixchat.paged_extend(q, k, v, slots, q_starts, q_lens, kv_lens, 0.125, 0)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, threads):
+            torch.set_num_threads(n)
+            for i in range(3):
+                s, e = int(q_starts[i]), int(q_starts[i] + q_lens[i])
+                alone = torch.ops.radixchat.paged_extend(
+                    q[s:e],
+                    k,
+                    v,
+                    slots[i : i + 1],
+                    torch.tensor([0]),
+                    q_lens[i : i + 1],
+                    kv_lens[i : i + 1],
+                    0.125,
+                    0,
+                )
+                assert torch.equal(alone, both[s:e]), (n, i)
+    finally:
+        torch.set_num_threads(threads)

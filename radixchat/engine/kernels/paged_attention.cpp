@@ -303,11 +303,373 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k, const at::Tens
   return out;
 }
 
+
+// ---- extend: a prefill chunk's queries, many per sequence, with bfloat16 products ---------------------
+//
+// Each sequence's new queries over its keys (its cached prefix and the chunk itself), causal from the
+// bottom right (query t of q_len sees keys [.., kv_len - q_len + t]), read in place from the pool. At long
+// prompts these products are nearly all of a prefill's arithmetic, and float32 SDPA runs them at the CPU's
+// float32 peak; here Q·K and P·V take bfloat16 operands with float32 sums (VDPBF16PS where the CPU has
+// AVX512_BF16: twice the float32 rate), so this path is for a pool that is half precision anyway (the
+// exact path keeps float32 SDPA). The keys are first laid out for the products once per call (pairs of
+// bfloat16 along head_dim for Q·K, pairs along the keys for P·V); then each work item (a block of queries
+// and one kv head) walks the key chunks in order, every row keeping a running (max, sum, weighted values).
+// A row's arithmetic never depends on the other rows of its block or batch.
+
+constexpr int64_t QBLOCK = 32;  // queries per work item (each with its kv head's query heads)
+constexpr int64_t GROUP = 16;  // keys per vector lane group
+
+inline uint32_t bf16_bits(float x) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return (u + 0x7FFF + ((u >> 16) & 1)) >> 16;
+}
+
+inline uint32_t pair(float lo, float hi) { return bf16_bits(lo) | (bf16_bits(hi) << 16); }
+
+// bf16_bits on every lane (the same rounding).
+inline vu bf16v(vf x) {
+  vu u;
+  std::memcpy(&u, &x, 64);
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+// The lanes of a and then b as bfloat16 pairs: (a0, a1), (a2, a3), ..., (b14, b15).
+inline vu pairs(vf a, vf b) {
+  const vu x = bf16v(a), y = bf16v(b);
+  const vu even = __builtin_shufflevector(x, y, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const vu odd = __builtin_shufflevector(x, y, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return even | (odd << 16);
+}
+
+inline float to_float(float x) { return x; }
+inline float to_float(at::BFloat16 x) { return static_cast<float>(x); }
+inline float to_float(at::Half x) { return static_cast<float>(x); }
+
+// acc + a·b over the two bfloat16 halves of each 32-bit lane (the high half first, as VDPBF16PS does).
+inline vf dot2(vf acc, vu a, vu b) {
+#if defined(__AVX512BF16__)
+  __m512 r = _mm512_dpbf16_ps((__m512)acc, (__m512bh)a, (__m512bh)b);
+  return (vf)r;
+#else
+  const vu hi_mask = vu{} + 0xFFFF0000u;
+  vf ahi, bhi, alo, blo;
+  vu t = a & hi_mask;
+  std::memcpy(&ahi, &t, 64);
+  t = b & hi_mask;
+  std::memcpy(&bhi, &t, 64);
+  t = a << 16;
+  std::memcpy(&alo, &t, 64);
+  t = b << 16;
+  std::memcpy(&blo, &t, 64);
+  acc = acc + ahi * bhi;
+  return acc + alo * blo;
+#endif
+}
+
+inline vu splat_u(uint32_t x) { return vu{} + x; }
+
+struct Extend {
+  int64_t hq, hkv, group, d;
+  int64_t slot_elems;
+  float scale;
+  int64_t window;
+};
+
+struct Seq {
+  int64_t q0, q_len, kv_len;
+  const int64_t* slots;
+  uint32_t* kp;  // [groups][hkv][d/2][GROUP] pairs along head_dim
+  uint32_t* vp;  // [key pairs][hkv][d] pairs along the keys
+};
+
+template <typename T>
+void layout_chunk(const Extend& e, const T* kpool, const T* vpool, const Seq& s, int64_t c) {
+  const int64_t d = e.d, half = d / 2;
+  const int64_t j0 = c * CHUNK, j1 = std::min(j0 + CHUNK, s.kv_len);
+  const int64_t g_end = (j1 - j0 + GROUP - 1) / GROUP;
+  alignas(64) uint32_t row[256 / 2];
+  for (int64_t gi = 0; gi < g_end; ++gi) {
+    const int64_t group = j0 / GROUP + gi;
+    for (int64_t lane = 0; lane < GROUP; ++lane) {
+      const int64_t j = group * GROUP + lane;
+      for (int64_t h = 0; h < e.hkv; ++h) {
+        uint32_t* dst = s.kp + ((group * e.hkv + h) * half) * GROUP + lane;
+        if (j >= j1) {
+          for (int64_t dp = 0; dp < half; ++dp) dst[dp * GROUP] = 0;
+          continue;
+        }
+        const T* k = kpool + s.slots[j] * e.slot_elems + h * d;
+        for (int64_t x = 0; x < d; x += 32) {
+          const vu pv = pairs(load16(k + x), load16(k + x + 16));
+          std::memcpy(row + x / 2, &pv, 64);
+        }
+        for (int64_t dp = 0; dp < half; ++dp) dst[dp * GROUP] = row[dp];
+      }
+    }
+  }
+  const vf zero = splat(0.0f);
+  for (int64_t j = j0; j < j1; j += 2) {
+    for (int64_t h = 0; h < e.hkv; ++h) {
+      uint32_t* dst = s.vp + ((j / 2) * e.hkv + h) * d;
+      const T* v0 = vpool + s.slots[j] * e.slot_elems + h * d;
+      const T* v1 = j + 1 < j1 ? vpool + s.slots[j + 1] * e.slot_elems + h * d : nullptr;
+      for (int64_t x = 0; x < d; x += 16) {
+        const vu lo = bf16v(load16(v0 + x));
+        const vu hi = v1 != nullptr ? bf16v(load16(v1 + x)) : bf16v(zero);
+        const vu pv = lo | (hi << 16);
+        std::memcpy(dst + x, &pv, 64);
+      }
+    }
+  }
+}
+
+// Rows (query heads of one query, all of one kv head: they see the same keys) over the keys [a, b) of chunk
+// c: each row's chunk max, sum and weighted values, merged into its running (m, l, acc) in chunk order.
+// Several rows share every load of a key or value; each row's sums run in the same order whatever rows it
+// shares a pass with (over head_dim for a score, over the keys for a weighted value).
+template <int NV, int RP>
+void extend_rows_chunk(const Extend& e, const Seq& s, int64_t g, int64_t nrows, const uint32_t* const* qp,
+                       int64_t c, int64_t a, int64_t b, float* scores, uint32_t* weights, float* m_run,
+                       float* l_run, vf* const* acc_run, bool first) {
+  constexpr int64_t D = NV * 16, HALF = D / 2, SC = CHUNK;  // scores: one row of SC floats per row
+  const int64_t j0 = c * CHUNK;
+  const int64_t ga = (a - j0) / GROUP, gb = (b - j0 + GROUP - 1) / GROUP;
+  for (int64_t gi = ga; gi < gb; gi += 2) {
+    const bool two = gi + 1 < gb;
+    const uint32_t* k0 = s.kp + (((j0 / GROUP + gi) * e.hkv + g) * HALF) * GROUP;
+    const uint32_t* k1 = two ? k0 + e.hkv * HALF * GROUP : k0;
+    vf acc[RP][2];
+    for (int r = 0; r < RP; ++r) acc[r][0] = acc[r][1] = splat(0.0f);
+    for (int64_t dp = 0; dp < HALF; ++dp) {
+      vu kv0, kv1;
+      std::memcpy(&kv0, k0 + dp * GROUP, 64);
+      std::memcpy(&kv1, k1 + dp * GROUP, 64);
+      for (int r = 0; r < RP; ++r) {
+        if (r >= nrows) break;
+        const vu qv = splat_u(qp[r][dp]);
+        acc[r][0] = dot2(acc[r][0], qv, kv0);
+        acc[r][1] = dot2(acc[r][1], qv, kv1);
+      }
+    }
+    for (int r = 0; r < nrows; ++r)
+      for (int x = 0; x < (two ? 2 : 1); ++x) {
+        vf sc = acc[r][x] * splat(e.scale);
+        const int64_t base = j0 + (gi + x) * GROUP;
+        if (base < a || base + GROUP > b)
+          for (int64_t lane = 0; lane < GROUP; ++lane)
+            if (base + lane < a || base + lane >= b) sc[lane] = -INFINITY;
+        std::memcpy(scores + r * SC + (gi + x) * GROUP, &sc, 64);
+      }
+  }
+  float m[RP], l[RP];
+  for (int r = 0; r < nrows; ++r) {
+    float* sr = scores + r * SC;
+    vf mv = splat(-INFINITY);
+    for (int64_t gi = ga; gi < gb; ++gi) {
+      const vf x = load16(sr + gi * GROUP);
+      mv = x > mv ? x : mv;
+    }
+    m[r] = hmax(mv);
+    vf lv = splat(0.0f);
+    for (int64_t gi = ga; gi < gb; ++gi) {
+      vf p = vexp(load16(sr + gi * GROUP) - splat(m[r]));
+      const int64_t base = j0 + gi * GROUP;
+      if (base < a || base + GROUP > b)
+        for (int64_t lane = 0; lane < GROUP; ++lane)
+          if (base + lane < a || base + lane >= b) p[lane] = 0.0f;
+      std::memcpy(sr + gi * GROUP, &p, 64);
+      lv += p;
+    }
+    l[r] = hsum(lv);
+    uint32_t* wr = weights + r * (SC / 2);  // the weights as bfloat16 pairs of keys
+    for (int64_t gi = ga - (ga & 1); gi < gb; gi += 2) {
+      const vf p0 = gi >= ga ? load16(sr + gi * GROUP) : splat(0.0f);
+      const vf p1 = gi + 1 < gb ? load16(sr + (gi + 1) * GROUP) : splat(0.0f);
+      const vu pv = pairs(p0, p1);
+      std::memcpy(wr + gi * GROUP / 2, &pv, 64);
+    }
+  }
+  vf acc[RP][NV];
+  for (int r = 0; r < RP; ++r)
+    for (int i = 0; i < NV; ++i) acc[r][i] = splat(0.0f);
+  const int64_t pa = (a - j0) / 2, pb = (b - j0 + 1) / 2;
+  for (int64_t jp = pa; jp < pb; ++jp) {
+    const uint32_t* vrow = s.vp + (((j0 / 2 + jp) * e.hkv + g) * D);
+    vu vv[NV];
+    for (int i = 0; i < NV; ++i) std::memcpy(&vv[i], vrow + i * 16, 64);
+    for (int r = 0; r < RP; ++r) {
+      if (r >= nrows) break;
+      const vu pp = splat_u(weights[r * (SC / 2) + jp]);
+      for (int i = 0; i < NV; ++i) acc[r][i] = dot2(acc[r][i], pp, vv[i]);
+    }
+  }
+  for (int r = 0; r < nrows; ++r) {
+    vf* run = acc_run[r];
+    if (first) {
+      m_run[r] = m[r];
+      l_run[r] = l[r];
+      for (int i = 0; i < NV; ++i) run[i] = acc[r][i];
+      continue;
+    }
+    const float mn = std::max(m_run[r], m[r]);
+    const float wa = std::exp(m_run[r] - mn), wb = std::exp(m[r] - mn);
+    l_run[r] = l_run[r] * wa + l[r] * wb;
+    for (int i = 0; i < NV; ++i) run[i] = run[i] * splat(wa) + acc[r][i] * splat(wb);
+    m_run[r] = mn;
+  }
+}
+
+template <typename T, int NV>
+void extend_run(const Extend& e, const float* q, const T* kpool, const T* vpool, std::vector<Seq>& seqs,
+                float* out) {
+  constexpr int64_t D = NV * 16, HALF = D / 2;
+  // (sequence, chunk) pairs to lay out; (sequence, query block, kv head) items to compute.
+  std::vector<std::pair<int64_t, int64_t>> chunks, items;
+  for (int64_t n = 0; n < static_cast<int64_t>(seqs.size()); ++n) {
+    const Seq& s = seqs[n];
+    const int64_t first_hi = s.kv_len - s.q_len + 1;
+    const int64_t lo = e.window > 0 ? std::max<int64_t>(0, first_hi - e.window) : 0;
+    for (int64_t c = lo / CHUNK; c * CHUNK < s.kv_len; ++c) chunks.push_back({n, c});
+    for (int64_t b = 0; b * QBLOCK < s.q_len; ++b)
+      for (int64_t g = 0; g < e.hkv; ++g) items.push_back({n, b * e.hkv + g});
+  }
+#pragma omp parallel num_threads(at::get_num_threads())
+  {
+    constexpr int RP = NV <= 4 ? 4 : (NV == 8 ? 2 : 1);  // rows per pass: their sums fit the registers
+    // scores and bfloat16 weights of RP rows, then every row's running weighted values
+    std::vector<vf> scratch(RP * (CHUNK / 16 + CHUNK / 32) + QBLOCK * e.group * NV);
+    float* scores = reinterpret_cast<float*>(scratch.data());
+    uint32_t* weights = reinterpret_cast<uint32_t*>(scratch.data() + RP * CHUNK / 16);
+    vf* accs = scratch.data() + RP * (CHUNK / 16 + CHUNK / 32);
+    std::vector<float> ms(QBLOCK * e.group), ls(QBLOCK * e.group);
+    std::vector<uint32_t> qps(QBLOCK * e.group * HALF);
+#pragma omp for schedule(static)
+    for (size_t i = 0; i < chunks.size(); ++i)
+      layout_chunk<T>(e, kpool, vpool, seqs[chunks[i].first], chunks[i].second);
+#pragma omp for schedule(dynamic, 1)
+    for (size_t i = 0; i < items.size(); ++i) {
+      const Seq& s = seqs[items[i].first];
+      const int64_t b = items[i].second / e.hkv, g = items[i].second % e.hkv;
+      const int64_t t0 = b * QBLOCK, t1 = std::min(t0 + QBLOCK, s.q_len);
+      const int64_t rows = (t1 - t0) * e.group;
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t r = 0; r < e.group; ++r) {
+          const float* qr = q + ((s.q0 + t) * e.hq + g * e.group + r) * D;
+          uint32_t* dst = qps.data() + ((t - t0) * e.group + r) * HALF;
+          for (int64_t dp = 0; dp < HALF; ++dp) dst[dp] = pair(qr[2 * dp], qr[2 * dp + 1]);
+        }
+      const int64_t hi_last = s.kv_len - s.q_len + t1;  // the block's last query sees keys < this
+      const int64_t hi_first = s.kv_len - s.q_len + t0 + 1;
+      const int64_t lo_first = e.window > 0 ? std::max<int64_t>(0, hi_first - e.window) : 0;
+      for (int64_t c = lo_first / CHUNK; c * CHUNK < hi_last; ++c) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t hi = s.kv_len - s.q_len + t + 1;
+          const int64_t lo = e.window > 0 ? std::max<int64_t>(0, hi - e.window) : 0;
+          const int64_t a = std::max(lo, c * CHUNK), bb = std::min(hi, (c + 1) * CHUNK);
+          if (a >= bb) continue;
+          const bool first = a == lo;  // the query's first chunk
+          for (int64_t r0 = 0; r0 < e.group; r0 += RP) {
+            const int64_t nrows = std::min<int64_t>(RP, e.group - r0);
+            const uint32_t* qrows[RP];
+            vf* runs[RP];
+            const int64_t row0 = (t - t0) * e.group + r0;
+            for (int64_t r = 0; r < nrows; ++r) {
+              qrows[r] = qps.data() + (row0 + r) * HALF;
+              runs[r] = accs + (row0 + r) * NV;
+            }
+            extend_rows_chunk<NV, RP>(e, s, g, nrows, qrows, c, a, bb, scores, weights, ms.data() + row0,
+                                      ls.data() + row0, runs, first);
+          }
+        }
+      }
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t t = t0 + row / e.group, r = row % e.group;
+        float* dst = out + ((s.q0 + t) * e.hq + g * e.group + r) * D;
+        const vf inv = splat(1.0f / ls[row]);
+        for (int i = 0; i < NV; ++i) {
+          vf y = accs[row * NV + i] * inv;
+          std::memcpy(dst + i * 16, &y, 64);
+        }
+      }
+    }
+  }
+}
+
+at::Tensor paged_extend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& slots,
+                        const at::Tensor& q_starts, const at::Tensor& q_lens, const at::Tensor& kv_lens,
+                        double scale, int64_t window) {
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat, "q must be [T, Hq, D] float32");
+  TORCH_CHECK(k.dim() == 3 && k.sizes() == v.sizes() && k.scalar_type() == v.scalar_type(),
+              "k and v must be one [slots, Hkv, D] pool");
+  TORCH_CHECK(k.is_contiguous() && v.is_contiguous(), "the pool must be contiguous");
+  TORCH_CHECK(slots.dim() == 2 && slots.scalar_type() == at::kLong && slots.stride(1) == 1, "slots: [N, L] int64");
+  const at::Tensor qc = q.contiguous(), qs = q_starts.contiguous(), ql = q_lens.contiguous(),
+                   kl = kv_lens.contiguous();
+  Extend e;
+  e.hq = q.size(1);
+  e.hkv = k.size(1);
+  e.d = q.size(2);
+  TORCH_CHECK(k.size(2) == e.d && e.hq % e.hkv == 0, "unsupported head layout");
+  e.group = e.hq / e.hkv;
+  e.slot_elems = e.hkv * e.d;
+  e.scale = static_cast<float>(scale);
+  e.window = window;
+  const int64_t n = slots.size(0);
+  TORCH_CHECK(qs.numel() == n && ql.numel() == n && kl.numel() == n, "one start, length and key count per sequence");
+  std::vector<Seq> seqs(n);
+  std::vector<std::vector<uint32_t>> buffers(2 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    Seq& s = seqs[i];
+    s.q0 = qs.data_ptr<int64_t>()[i];
+    s.q_len = ql.data_ptr<int64_t>()[i];
+    s.kv_len = kl.data_ptr<int64_t>()[i];
+    TORCH_CHECK(s.q_len >= 1 && s.q_len <= s.kv_len && s.kv_len <= slots.size(1), "length out of range");
+    TORCH_CHECK(s.q0 >= 0 && s.q0 + s.q_len <= q.size(0), "query range out of range");
+    s.slots = slots.data_ptr<int64_t>() + i * slots.stride(0);
+    const int64_t groups = (s.kv_len + CHUNK - 1) / CHUNK * (CHUNK / GROUP);
+    buffers[2 * i].resize(groups * e.hkv * (e.d / 2) * GROUP);
+    buffers[2 * i + 1].resize((groups * GROUP / 2) * e.hkv * e.d);
+    s.kp = buffers[2 * i].data();
+    s.vp = buffers[2 * i + 1].data();
+  }
+  at::Tensor out = at::empty({q.size(0), e.hq, e.d}, q.options());
+  const float* qp = qc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  auto by_dim = [&](auto tag) {
+    using T = decltype(tag);
+    const T* kp = reinterpret_cast<const T*>(k.data_ptr());
+    const T* vp = reinterpret_cast<const T*>(v.data_ptr());
+    switch (e.d / 16) {
+      case 1: return extend_run<T, 1>(e, qp, kp, vp, seqs, op);
+      case 2: return extend_run<T, 2>(e, qp, kp, vp, seqs, op);
+      case 4: return extend_run<T, 4>(e, qp, kp, vp, seqs, op);
+      case 8: return extend_run<T, 8>(e, qp, kp, vp, seqs, op);
+      case 16: return extend_run<T, 16>(e, qp, kp, vp, seqs, op);
+      default: TORCH_CHECK(false, "paged extend attention: head_dim must be 16, 32, 64, 128 or 256");
+    }
+  };
+  TORCH_CHECK(e.d % 16 == 0, "paged extend attention: head_dim must be 16, 32, 64, 128 or 256");
+  switch (k.scalar_type()) {
+    case at::kFloat: by_dim(float{}); break;
+    case at::kBFloat16: by_dim(at::BFloat16{}); break;
+    case at::kHalf: by_dim(at::Half{}); break;
+    default: TORCH_CHECK(false, "the pool must be float32, bfloat16 or float16");
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace radixchat
 
 TORCH_LIBRARY(radixchat, m) {
   m.def("paged_decode(Tensor q, Tensor k, Tensor v, Tensor slots, Tensor lens, float scale, int window) -> Tensor");
+  m.def(
+      "paged_extend(Tensor q, Tensor k, Tensor v, Tensor slots, Tensor q_starts, Tensor q_lens, Tensor kv_lens, "
+      "float scale, int window) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(radixchat, CPU, m) { m.impl("paged_decode", &radixchat::paged_decode); }
+TORCH_LIBRARY_IMPL(radixchat, CPU, m) {
+  m.impl("paged_decode", &radixchat::paged_decode);
+  m.impl("paged_extend", &radixchat::paged_extend);
+}
