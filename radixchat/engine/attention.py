@@ -9,10 +9,12 @@ full K/V from its slots, and attend with a bottom-right-aligned causal mask (a q
 top-left aligned, so it is used only when there is no cached prefix.
 
 Decode tokens read the pool where it lies, through their slot rows (``torch.ops.radixchat.paged_decode``, a
-native kernel built for this CPU: see ``kernels/``); where it is not available they gather their K/V and
-run SDPA. The pool may hold K/V in a narrower dtype than the model computes in (``kv_dtype``): every query
-attends to K/V as the pool holds them, new tokens' included, so a token's attention does not depend on
-whether its keys were written by this step or an earlier one.
+native kernel built for this CPU: see ``kernels/``); so do prefill chunks over a half-precision pool (the
+fast path: ``paged_extend``, with bfloat16 products). Where a kernel is not available, and for prefill on
+the exact float32 path, they gather their K/V and run SDPA. The pool may hold K/V in a narrower dtype than
+the model computes in (``kv_dtype``): every query attends to K/V as the pool holds them, new tokens'
+included, so a token's attention does not depend on whether its keys were written by this step or an
+earlier one.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from transformers import AttentionInterface
 from radixchat.engine.kv_pool import KVPool
 
 ATTN_NAME = "radix"
-PAGED_HEAD_DIMS = (16, 32, 64, 128, 256)  # what the native decode kernel is built for
+PAGED_HEAD_DIMS = (16, 32, 64, 128, 256)  # what the native kernels are built for
 
 
 def paged_decode_usable(head_dim: int, device: torch.device) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 FASTEST = 1 / 5  # seconds: never more than five writes a second (smooth enough to read as it comes)
 SLOWEST = 1.0  # seconds: never less than one (the reply must visibly move)
-SHARE = 0.05  # of one core: the app thread's budget while a reply streams
+SHARE = 0.03  # of one core: the app thread's budget while a reply streams
 
 
 class WritePacer:

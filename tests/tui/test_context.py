@@ -45,7 +45,9 @@ async def test_from_80_percent_the_app_says_the_context_is_filling_up_once(make_
         assert len(filling()) == 1
 
 
-async def test_turns_that_leave_the_context_stay_on_screen_dimmed_and_in_the_session(make_app, fake, settings):
+async def test_turns_that_leave_the_context_stay_on_screen_dimmed_and_in_the_session(
+    make_app, fake, settings
+):
     fake.context_tokens = 400
     fake.script = Script(reply_for=lambda p: "ok " * 20)
     app = make_app()
