@@ -7,7 +7,8 @@ Each engine runs in its own process, one after the other, so that only one of th
 - **llama.cpp** (llama-cpp-python) on the bundled Q4_1 GGUF, ``n_threads`` = the thread count;
 - **radixchat** as a user runs it: ``weights = auto``, ``compile = auto`` (it waits, idle, until the
   background build of the compiled decode step has finished, so that the figures are the steady state);
-- **radixchat float32**, the exact path (the baseline for cold prefill: "no slower than today's float32").
+- **radixchat float32**, the exact path (the baseline for cold prefill: "no slower than today's float32");
+- **radixchat deterministic**: as a user runs it with ``deterministic = on`` (issue 33).
 
 Workloads, greedy, the same token ids for every engine (SmolLM2's chat template, applied by transformers):
 - *decode*: a story, 128 new tokens, one stream; tokens/s from the first to the last token;
@@ -203,13 +204,18 @@ def run_llama(threads: int, repeats: int) -> dict:
 
 
 async def _radixchat(
-    weights: str, compile_: str, repeats: int, wait_compiled: float, full: bool = True
+    weights: str,
+    compile_: str,
+    repeats: int,
+    wait_compiled: float,
+    full: bool = True,
+    deterministic: bool = False,
 ) -> dict:
     from radixchat.config import Settings
     from radixchat.engine import Engine, SamplingParams
 
     # No disk KV store: "cold" must be cold, and the chat must come from the radix tree alone.
-    settings = Settings(weights=weights, compile=compile_, kv_store=False)
+    settings = Settings(weights=weights, compile=compile_, kv_store=False, deterministic=deterministic)
     engine = Engine.from_settings(settings)
     tok = engine.tokenizer
     p = prompts(tok)
@@ -315,11 +321,20 @@ def child(args: argparse.Namespace) -> dict:
         return run_llama(args.threads, args.repeats)
     weights, compile_ = ("float32", "off") if args.child == "float32" else ("auto", "auto")
     # The float32 baseline is there for decode and cold prefill ("no slower than today's float32").
-    full = args.child == "auto"
-    return asyncio.run(_radixchat(weights, compile_, args.repeats, args.wait_compiled, full))
+    full = args.child in ("auto", "deterministic")
+    return asyncio.run(
+        _radixchat(
+            weights,
+            compile_,
+            args.repeats,
+            args.wait_compiled,
+            full,
+            deterministic=args.child == "deterministic",
+        )
+    )
 
 
-CHILDREN = ["llama", "auto", "float32", "llama-history", "llama-fa-history", "auto-history"]
+CHILDREN = ["llama", "auto", "float32", "deterministic", "llama-history", "llama-fa-history", "auto-history"]
 
 
 def cpu_line() -> str:
@@ -348,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     names = (
         ("llama-history", "llama-fa-history", "auto-history")
         if args.history
-        else ("llama", "auto", "float32")
+        else ("llama", "auto", "float32", "deterministic")
     )
     results = {}
     for name in names:
@@ -433,6 +448,14 @@ def report(results: dict, args: argparse.Namespace) -> None:
     print(
         f"| cold prefill, {auto['cold_tokens']} tokens (ms) | {lc:.0f} | {rc:.0f} | {fc:.0f} | "
         f"{rc / lc:.2f}× (vs float32: **{rc / fc:.2f}×**) | ≤ 1.0× float32 |"
+    )
+    det = results["deterministic"]
+    dd, dc = det["decode_tps"], statistics.mean(det["chat_ttft"][1:]) * 1e3
+    print(
+        f"\nwith deterministic = on ({det['weights']}, eager): decode {dd:.1f} tok/s "
+        f"(**{dd / llama['decode_tps']:.2f}×** llama.cpp, {dd / auto['decode_tps']:.2f}× the default), "
+        f"8 streams {det['aggregate_tps']:.1f} tok/s, chat TTFT turns 2–6 {dc:.0f} ms "
+        f"(**{dc / lt:.2f}×** llama.cpp), cold prefill {det['cold_prefill_s'] * 1e3:.0f} ms"
     )
     print(
         "\nchat TTFT per turn (ms): "

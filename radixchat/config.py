@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         "auto",
         description="compile the decode step in the background (auto: on CPU with a compact weights format)",
     )
+    deterministic: bool = Field(
+        False,
+        description="batch-invariant inference: a greedy reply (or a seeded one) depends on its prompt alone, "
+        "not on what else runs, the cache or the KV store; costs decode speed (no compiled decode step; "
+        "one kernel for every row count; attention in bfloat16 products), see README",
+    )
     kv_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
         description="dtype of the KV cache (auto: on CPU with float32 weights math, the fastest for long "

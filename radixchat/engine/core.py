@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from radixchat.engine.attention import paged_decode_usable
+from radixchat.engine.attention import PAGED_HEAD_DIMS, paged_decode_usable
 from radixchat.engine.decode_graph import POLL_S, DecodeGraphs, build_spec, compile_unavailable
 from radixchat.engine.detokenizer import Detokenizer
 from radixchat.engine.kernels import load_paged_attention
@@ -36,7 +36,7 @@ from radixchat.engine.request import (
 )
 from radixchat.engine.sampler import FAILED, Sampler
 from radixchat.engine.scheduler import Scheduler
-from radixchat.errors import PromptTooLongError, RequestError
+from radixchat.errors import ConfigError, PromptTooLongError, RequestError
 
 CPU_DEFAULT_POOL_TOKENS = 32768
 
@@ -59,11 +59,16 @@ class EngineConfig:
     cache_dir: Path | None = None  # for the compiled decode step, native kernels and this machine's probes
     # The KV pool's dtype: None is the model's (the exact path), "auto" is measured per machine (kv_dtype.py).
     kv_dtype: str | None = None
+    # Batch invariance: every token through one code path (eager; decode and prefill through the same
+    # attention kernel). The model's weights plan must be deterministic too (load_model(deterministic=True)).
+    deterministic: bool = False
 
 
-def wants_compile(setting: str, lm: LoadedModel) -> bool:
+def wants_compile(setting: str, lm: LoadedModel, deterministic: bool = False) -> bool:
     if setting not in ("auto", "on", "off"):
         raise ValueError(f"compile must be auto, on or off, got {setting!r}")
+    if deterministic:  # the compiled step's fused code sums in another order than the eager prefill's
+        return False
     if setting == "auto":
         return lm.device.type == "cpu" and lm.weights.format != "float32"
     return setting == "on"
@@ -82,8 +87,9 @@ class EngineCore:
     def __init__(self, lm: LoadedModel, cfg: EngineConfig | None = None) -> None:
         self.lm = lm
         self.cfg = cfg = cfg or EngineConfig()
-        if lm.device.type == "cpu":
-            load_paged_attention(cfg.cache_dir)
+        kernels = (
+            load_paged_attention(cfg.cache_dir) if lm.device.type == "cpu" else "the device is not a CPU"
+        )
         self.paged_decode = paged_decode_usable(lm.head_dim, lm.device)
         kv_dtype = resolve_kv_dtype(
             cfg.kv_dtype,
@@ -120,12 +126,25 @@ class EngineCore:
         self.scheduler.kv_tier = self.kv_tier
         # Prefill chunks read the pool in place as well, in bfloat16, when it is half precision (the fast path;
         # a float32 pool keeps SDPA, the exact path the equality tests hold).
-        paged_extend = self.paged_decode and kv_dtype != torch.float32 and lm.dtype == torch.float32
+        paged_extend = self.paged_decode and lm.dtype == torch.float32
+        paged_extend = paged_extend and (kv_dtype != torch.float32 or cfg.deterministic)
+        if cfg.deterministic and not paged_extend:
+            why = kernels or (
+                f"head_dim {lm.head_dim} is not one of {PAGED_HEAD_DIMS}"
+                if lm.head_dim not in PAGED_HEAD_DIMS
+                else "the model's dtype is not float32"
+            )
+            raise ConfigError(f"deterministic inference needs the native attention kernels ({why})")
         self.runner = ModelRunner(
-            lm.model, self.pool, self.table, paged=self.paged_decode, paged_extend=paged_extend
+            lm.model,
+            self.pool,
+            self.table,
+            paged=self.paged_decode,
+            paged_extend=paged_extend,
+            unified=cfg.deterministic,
         )
         self.decode_state = "off"
-        if wants_compile(cfg.compile, lm):
+        if wants_compile(cfg.compile, lm, cfg.deterministic):
             why = compile_unavailable(lm.model, lm.device) or (
                 "no cache directory" if cfg.cache_dir is None else None
             )

@@ -148,6 +148,7 @@ class Engine:
                 weights=settings.weights,
                 cache_dir=settings.cache_dir,
                 progress=progress,
+                deterministic=settings.deterministic,
             ),
             engine_config(settings),
         )
@@ -393,6 +394,7 @@ class Engine:
             decode_compiled=core.decode_compiled,
             kv_dtype=str(pool.shape.dtype).removeprefix("torch."),
             decode_attention="paged" if core.paged_decode else "gathered",
+            deterministic=core.cfg.deterministic,
             bytes_per_token=pool.shape.bytes_per_token,
             device_allocated=allocated,
             device_reserved=reserved,
@@ -500,6 +502,7 @@ def engine_config(settings) -> EngineConfig:  # noqa: ANN001
         compile=settings.compile,
         cache_dir=settings.cache_dir,
         kv_dtype=settings.kv_dtype,
+        deterministic=settings.deterministic,
         kv_store_dir=settings.cache_dir / "kv" if settings.kv_store else None,
         kv_store_bytes=int(settings.kv_store_gib * 2**30),
         kv_spill=settings.kv_spill,

@@ -258,8 +258,10 @@ def load_model(
     weights: str = "float32",
     cache_dir: Path,
     progress: Progress | None = None,
+    deterministic: bool = False,
 ) -> LoadedModel:
-    """Load ``spec`` (see the module docstring) and swap its linears to the ``weights`` format."""
+    """Load ``spec`` (see the module docstring) and swap its linears to the ``weights`` format (with
+    ``deterministic``, its batch-invariant plan: ``weights.uniform_plan``)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
@@ -283,5 +285,5 @@ def load_model(
         raise ModelLoadError(f"cannot load model from {path}: {str(exc).splitlines()[0][:300]}") from None
     model.to(dev).eval()
     loaded = describe_model(model, tokenizer, name, path)
-    loaded.weights = apply_weights(model, weights, dev, cache_dir, progress)
+    loaded.weights = apply_weights(model, weights, dev, cache_dir, progress, deterministic=deterministic)
     return loaded

@@ -44,12 +44,16 @@ class ModelRunner:
         *,
         paged: bool = False,
         paged_extend: bool = False,
+        unified: bool = False,
     ) -> None:
         self.model = model
         self.pool = pool
         self.table = table
         self.paged = paged  # decode attention reads the pool in place (attention.paged_decode_usable)
         self.paged_extend = paged_extend  # so do prefill chunks, in bfloat16 (the fast path only)
+        # Decode tokens go through the prefill kernel too (as one-token extends): every token's attention is
+        # the same arithmetic, whether it is decoded or prefilled (deterministic inference).
+        self.unified = unified
         self.device = pool.device
         self.decode_graphs: DecodeGraphs | None = None  # compiled pure-decode steps, once built
 
@@ -65,8 +69,10 @@ class ModelRunner:
         pos_t = torch.tensor(positions, dtype=torch.int64, device=dev)
         table = self.table.table
         out_slots = table[torch.tensor(out_rows, device=dev), pos_t]
-        meta = AttentionBatch(pool=self.pool, out_slots=out_slots, n_decode=batch.n_decode, paged=self.paged)
-        if batch.n_decode:
+        unified = self.unified and self.paged_extend
+        n_decode = 0 if unified else batch.n_decode
+        meta = AttentionBatch(pool=self.pool, out_slots=out_slots, n_decode=n_decode, paged=self.paged)
+        if n_decode:
             dec = batch.reqs[: batch.n_decode]
             lens = [s + 1 for s in batch.starts[: batch.n_decode]]
             lmax = max(lens)
@@ -78,10 +84,8 @@ class ModelRunner:
                 slots = slots.masked_fill(torch.arange(lmax, device=dev)[None, :] >= lens_t[:, None], 0)
             meta.decode_slots = slots
             meta.decode_lens = lens_t
-        q_start = batch.n_decode
-        extends = list(
-            zip(batch.reqs[batch.n_decode :], batch.starts[batch.n_decode :], batch.num_new[batch.n_decode :])
-        )
+        q_start = n_decode
+        extends = list(zip(batch.reqs[n_decode:], batch.starts[n_decode:], batch.num_new[n_decode:]))
         if self.paged_extend and extends:
             width = max(start + n for _, start, n in extends)
             meta.extend_slots = table[torch.tensor([r.row for r, _, _ in extends], device=dev), :width]

@@ -67,6 +67,7 @@ class EngineStats:
     )
     # how decode attention reads the pool: "paged" (in place, the native kernel) or "gathered" (a copy, SDPA)
     decode_attention: str = "gathered"
+    deterministic: bool = False  # batch-invariant inference (a reply depends on its prompt alone)
 
     @property
     def weights_format(self) -> str:

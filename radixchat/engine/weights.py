@@ -91,8 +91,21 @@ def _dense_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, layer.weight, layer.bias)
 
 
+def _dense_mm_rows8(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
+    """float32 with at least 8 rows: the BLAS multiplies fewer rows on another path (a matrix-vector
+    product) whose sums run in another order, so a row's result would depend on how many rows came with
+    it. Deterministic plans use this instead of ``float32``."""
+    rows = x.reshape(-1, layer.in_features)
+    n = rows.shape[0]
+    if n < 8:
+        rows = torch.cat([rows, rows.new_zeros(8 - n, layer.in_features)])
+    out = F.linear(rows, layer.weight, layer.bias)[:n]
+    return out.reshape(*x.shape[:-1], layer.out_features)
+
+
 _MM: dict[str, Callable[[FormatLinear, torch.Tensor], torch.Tensor]] = {
     "float32": _dense_mm,
+    "float32x8": _dense_mm_rows8,
     "bfloat16": _half(torch.bfloat16),
     "float16": _half(torch.float16),
     "int4": _int4_mm,
@@ -123,7 +136,7 @@ def kernel_fits(kernel: str, weight: torch.Tensor) -> bool:
 
 
 def _pack(layer: FormatLinear, kernel: str) -> None:
-    if kernel == "float32" or hasattr(layer, f"w_{kernel}"):
+    if kernel in ("float32", "float32x8") or hasattr(layer, f"w_{kernel}"):
         return
     if kernel == "int4":
         packed, sz = _pack_int4(layer.weight)
@@ -331,6 +344,99 @@ def run_probe(
     return result
 
 
+#: A deterministic plan has one kernel per group for every row count (a token's result may not depend on how
+#: many rows share its product: decode streams, prefill chunks). Its choice weighs a 512-row prefill product's
+#: time per row this many times against a one-row decode product's: prompts are prefilled once, replies
+#: are decoded token by token.
+UNIFORM_PREFILL_ROWS = 8
+
+
+def _uniform_cost(kernel: str, buckets: dict, group: str) -> float:
+    one = buckets["1"].get("float32" if kernel == "float32x8" else kernel, float("inf"))
+    if kernel == "float32x8":
+        one = buckets.get("8", {}).get("float32", float("inf"))  # one row is multiplied as eight
+    if group == "head":  # the head multiplies only the rows that sample
+        return one
+    widest = max(buckets, key=int)
+    per_row = buckets[widest].get("float32" if kernel == "float32x8" else kernel, float("inf")) / int(widest)
+    return one + UNIFORM_PREFILL_ROWS * per_row
+
+
+def uniform_plan(
+    fmt: str, timings: dict, device: torch.device, invariant: dict[str, set[str]]
+) -> WeightsPlan:
+    """The deterministic plan: per group one kernel for every row count, among those whose rows do not
+    depend on the rows beside them on this machine (``invariant``: group -> kernels, ``row_invariant``);
+    ``auto`` takes the format with the cheapest (decode + weighted prefill) step."""
+    if fmt == "auto":
+        plans = []
+        for f in runnable_formats(device):
+            try:
+                plans.append(uniform_plan(f, timings, device, invariant))
+            except ConfigError:
+                continue
+        if not plans:
+            raise ConfigError(
+                "no weights kernel on this machine gives rows that do not depend on their batch"
+            )
+        return min(plans, key=lambda p: (_uniform_step(p, timings), len(FORMATS[p.format])))
+    tables = {}
+    for group, buckets in timings.items():
+        allowed = [
+            "float32x8" if k == "float32" else k
+            for k in (FORMATS[fmt] if group != "head" else HEAD_FORMATS[fmt])
+        ]
+        usable = [k for k in allowed if k in invariant.get(group, set())]
+        if not usable:
+            raise ConfigError(f"weights format '{fmt}' has no batch-invariant kernel for the {group} here")
+        best = min(usable, key=lambda k: _uniform_cost(k, buckets, group))
+        tables[group] = ((1 << 62, best),)
+    return WeightsPlan(fmt, tables)
+
+
+def _uniform_step(plan: WeightsPlan, timings: dict) -> float:
+    return sum(_uniform_cost(t[0][1], timings[g], g) for g, t in plan.tables.items())
+
+
+def row_invariant(layer: FormatLinear, kernel: str) -> bool:
+    """Whether ``kernel`` gives each row of a product the same bits however many rows come with it, checked
+    on ``layer``'s own shape (libraries pick their code path by shape and CPU)."""
+    if not kernel_fits(kernel, layer.weight) or kernel_unavailable(
+        kernel.removesuffix("x8"), layer.weight.device
+    ):
+        return False
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(24, layer.in_features, generator=g)
+    _pack(layer, kernel)
+    mm = _MM[kernel]
+    with torch.inference_mode():
+        full = mm(layer, x)
+        parts = [mm(layer, x[i : i + 1]) for i in (0, 7, 23)] + [mm(layer, x[:3]), mm(layer, x[:9])]
+    return (
+        torch.equal(parts[0][0], full[0])
+        and torch.equal(parts[1][0], full[7])
+        and torch.equal(parts[2][0], full[23])
+        and torch.equal(parts[3], full[:3])
+        and torch.equal(parts[4], full[:9])
+    )
+
+
+def _invariant_kernels(layers: list[FormatLinear]) -> set[str]:
+    """The kernels whose rows do not depend on their batch for every shape of ``layers`` (a library may pick
+    another algorithm for another shape: oneDNN's bfloat16 product is batch-invariant for SmolLM2's
+    576-wide inputs and not for its 1536-wide ones)."""
+    shapes: dict[tuple[int, int], FormatLinear] = {}
+    for layer in layers:
+        shapes.setdefault((layer.out_features, layer.in_features), layer)
+    out = set()
+    for kernel in (*KERNELS, "float32x8"):
+        if kernel != "float32" and all(row_invariant(layer, kernel) for layer in shapes.values()):
+            out.add(kernel)
+    for layer in shapes.values():
+        _unpack(layer, ())
+    return out
+
+
 def plan_from_probe(fmt: str, timings: dict, device: torch.device) -> WeightsPlan:
     """The fastest kernel per bucket among the format's kernels; ``auto`` takes the format with the fastest
     single-stream decode step (layers and head at one row)."""
@@ -406,13 +512,22 @@ def apply_weights(
     device: torch.device,
     cache_dir: Path,
     progress=None,  # noqa: ANN001
+    deterministic: bool = False,
 ) -> WeightsPlan:
-    """Swap the model's linears for FormatLinears following the plan for ``fmt`` on this machine."""
+    """Swap the model's linears for FormatLinears following the plan for ``fmt`` on this machine.
+    ``deterministic``: one batch-invariant kernel per group for every row count (``uniform_plan``)."""
     check_weights_format(fmt, device)
-    if device.type != "cpu" or fmt == "float32" or (fmt == "auto" and model.dtype != torch.float32):
+    if device.type != "cpu" or (fmt == "auto" and model.dtype != torch.float32):
         return WeightsPlan("float32", {})
-    _swap(model)
-    plan = plan_from_probe(fmt, load_or_probe(model, cache_dir, device, progress), device)
+    if fmt == "float32" and not deterministic:
+        return WeightsPlan("float32", {})
+    groups = _swap(model)
+    timings = load_or_probe(model, cache_dir, device, progress)
+    if deterministic:
+        invariant = {g: _invariant_kernels(layers) for g, layers in groups.items()}
+        plan = uniform_plan(fmt, timings, device, invariant)
+    else:
+        plan = plan_from_probe(fmt, timings, device)
     install_plan(model, plan)
     return plan
 
@@ -432,8 +547,10 @@ def install_plan(model: nn.Module, plan: WeightsPlan) -> None:
     """Give every linear its group's table and the compact copies that table uses (and no others)."""
     for group, layers in _swap(model).items():
         table = plan.tables.get(group, ((1 << 62, "float32"),))
+        # a deterministic (one-kernel) table falls back to the batch-invariant float32 product
+        fallback = "float32x8" if len(table) == 1 and table[0][1] != "float32" else "float32"
         for layer in layers:
-            usable = tuple((m, k if kernel_fits(k, layer.weight) else "float32") for m, k in table)
+            usable = tuple((m, k if kernel_fits(k, layer.weight) else fallback) for m, k in table)
             layer.table = usable
             for _, kernel in usable:
                 _pack(layer, kernel)

@@ -205,3 +205,29 @@ def test_a_prefill_rows_result_does_not_depend_on_its_batch():
                 assert torch.equal(alone, both[s:e]), (n, i)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("window", [0, 300])
+def test_a_decode_row_through_the_extend_kernel_equals_the_same_query_in_a_prefill(window):
+    """The arithmetic deterministic inference relies on: a query decoded alone (split-K over its chunks,
+    merged after) gives the bits it gets inside a prefill chunk (its chunks one after the other)."""
+    k, v = _pool(3000, 3, 64, torch.float16)
+    g = torch.Generator().manual_seed(6)
+    slots = torch.randint(1, 3000, (1, 1000), generator=g)
+    q = torch.randn(300, 9, 64, generator=g)
+    chunk = torch.ops.radixchat.paged_extend(
+        q, k, v, slots, torch.tensor([0]), torch.tensor([300]), torch.tensor([1000]), 0.125, window
+    )
+    for t in (0, 150, 299):  # each sees 701 + t keys: three or four 256-key chunks
+        alone = torch.ops.radixchat.paged_extend(
+            q[t : t + 1],
+            k,
+            v,
+            slots,
+            torch.tensor([0]),
+            torch.tensor([1]),
+            torch.tensor([701 + t]),
+            0.125,
+            window,
+        )
+        assert torch.equal(alone[0], chunk[t]), t

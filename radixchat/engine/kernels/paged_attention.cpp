@@ -19,6 +19,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -424,14 +425,33 @@ void layout_chunk(const Extend& e, const T* kpool, const T* vpool, const Seq& s,
   }
 }
 
+// A chunk's (max m, sum l, weighted values acc) merged into a row's running ones: the one formula every path
+// uses, in chunk order, so a row's result does not depend on whether its chunks ran one after the other or
+// side by side.
+template <int NV>
+inline void merge_into(float& m_run, float& l_run, vf* run, float m, float l, const vf* acc, bool first) {
+  if (first) {
+    m_run = m;
+    l_run = l;
+    for (int i = 0; i < NV; ++i) run[i] = acc[i];
+    return;
+  }
+  const float mn = std::max(m_run, m);
+  const float wa = std::exp(m_run - mn), wb = std::exp(m - mn);
+  l_run = l_run * wa + l * wb;
+  for (int i = 0; i < NV; ++i) run[i] = run[i] * splat(wa) + acc[i] * splat(wb);
+  m_run = mn;
+}
+
 // Rows (query heads of one query, all of one kv head: they see the same keys) over the keys [a, b) of chunk
-// c: each row's chunk max, sum and weighted values, merged into its running (m, l, acc) in chunk order.
+// c: each row's chunk max, sum and weighted values, merged into its running (m, l, acc) in chunk order, or
+// (``part``) kept as [m, l, acc...] per row for a later merge.
 // Several rows share every load of a key or value; each row's sums run in the same order whatever rows it
 // shares a pass with (over head_dim for a score, over the keys for a weighted value).
 template <int NV, int RP>
 void extend_rows_chunk(const Extend& e, const Seq& s, int64_t g, int64_t nrows, const uint32_t* const* qp,
                        int64_t c, int64_t a, int64_t b, float* scores, uint32_t* weights, float* m_run,
-                       float* l_run, vf* const* acc_run, bool first) {
+                       float* l_run, vf* const* acc_run, bool first, float* part = nullptr) {
   constexpr int64_t D = NV * 16, HALF = D / 2, SC = CHUNK;  // scores: one row of SC floats per row
   const int64_t j0 = c * CHUNK;
   const int64_t ga = (a - j0) / GROUP, gb = (b - j0 + GROUP - 1) / GROUP;
@@ -505,18 +525,23 @@ void extend_rows_chunk(const Extend& e, const Seq& s, int64_t g, int64_t nrows, 
     }
   }
   for (int r = 0; r < nrows; ++r) {
-    vf* run = acc_run[r];
-    if (first) {
-      m_run[r] = m[r];
-      l_run[r] = l[r];
-      for (int i = 0; i < NV; ++i) run[i] = acc[r][i];
+    if (part != nullptr) {  // kept for a later merge, in chunk order (split-K)
+      float* dst = part + r * (D + 2);
+      dst[0] = m[r];
+      dst[1] = l[r];
+      std::memcpy(dst + 2, acc[r], sizeof(vf) * NV);
       continue;
     }
-    const float mn = std::max(m_run[r], m[r]);
-    const float wa = std::exp(m_run[r] - mn), wb = std::exp(m[r] - mn);
-    l_run[r] = l_run[r] * wa + l[r] * wb;
-    for (int i = 0; i < NV; ++i) run[i] = run[i] * splat(wa) + acc[r][i] * splat(wb);
-    m_run[r] = mn;
+    merge_into<NV>(m_run[r], l_run[r], acc_run[r], m[r], l[r], acc[r], first);
+  }
+}
+
+template <int NV, int RP>
+void qpairs(const Extend& e, const float* q, const Seq& s, int64_t t, int64_t g, uint32_t* dst) {
+  constexpr int64_t D = NV * 16, HALF = D / 2;
+  for (int64_t r = 0; r < e.group; ++r) {
+    const float* qr = q + ((s.q0 + t) * e.hq + g * e.group + r) * D;
+    for (int64_t dp = 0; dp < HALF; ++dp) dst[r * HALF + dp] = pair(qr[2 * dp], qr[2 * dp + 1]);
   }
 }
 
@@ -524,19 +549,35 @@ template <typename T, int NV>
 void extend_run(const Extend& e, const float* q, const T* kpool, const T* vpool, std::vector<Seq>& seqs,
                 float* out) {
   constexpr int64_t D = NV * 16, HALF = D / 2;
-  // (sequence, chunk) pairs to lay out; (sequence, query block, kv head) items to compute.
+  constexpr int RP = NV <= 4 ? 4 : (NV == 8 ? 2 : 1);  // rows per pass: their sums fit the registers
+  // (sequence, chunk) pairs to lay out; (sequence, query block, kv head) items to compute. A one-query
+  // sequence (a decode step) runs split-K instead: (sequence, chunk, kv head) items side by side, each
+  // keeping its chunk's (max, sum, values), merged after, in chunk order, by the same formula.
   std::vector<std::pair<int64_t, int64_t>> chunks, items;
+  std::vector<std::array<int64_t, 3>> splits;  // (sequence, chunk, kv head)
+  std::vector<int64_t> part_at(seqs.size(), -1), first_chunk(seqs.size(), 0);
+  int64_t parts = 0;
   for (int64_t n = 0; n < static_cast<int64_t>(seqs.size()); ++n) {
     const Seq& s = seqs[n];
     const int64_t first_hi = s.kv_len - s.q_len + 1;
     const int64_t lo = e.window > 0 ? std::max<int64_t>(0, first_hi - e.window) : 0;
-    for (int64_t c = lo / CHUNK; c * CHUNK < s.kv_len; ++c) chunks.push_back({n, c});
+    const int64_t c0 = lo / CHUNK, c1 = (s.kv_len + CHUNK - 1) / CHUNK;
+    for (int64_t c = c0; c < c1; ++c) chunks.push_back({n, c});
+    if (s.q_len == 1 && c1 - c0 > 1) {
+      part_at[n] = parts;
+      first_chunk[n] = c0;
+      parts += (c1 - c0) * e.hkv * e.group * (D + 2);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t g = 0; g < e.hkv; ++g) splits.push_back({n, c, g});
+      continue;
+    }
     for (int64_t b = 0; b * QBLOCK < s.q_len; ++b)
       for (int64_t g = 0; g < e.hkv; ++g) items.push_back({n, b * e.hkv + g});
   }
+  std::vector<float> partials(parts);
+  const int64_t n_items = static_cast<int64_t>(items.size()), n_work = n_items + static_cast<int64_t>(splits.size());
 #pragma omp parallel num_threads(at::get_num_threads())
   {
-    constexpr int RP = NV <= 4 ? 4 : (NV == 8 ? 2 : 1);  // rows per pass: their sums fit the registers
     // scores and bfloat16 weights of RP rows, then every row's running weighted values
     std::vector<vf> scratch(RP * (CHUNK / 16 + CHUNK / 32) + QBLOCK * e.group * NV);
     float* scores = reinterpret_cast<float*>(scratch.data());
@@ -548,17 +589,28 @@ void extend_run(const Extend& e, const float* q, const T* kpool, const T* vpool,
     for (size_t i = 0; i < chunks.size(); ++i)
       layout_chunk<T>(e, kpool, vpool, seqs[chunks[i].first], chunks[i].second);
 #pragma omp for schedule(dynamic, 1)
-    for (size_t i = 0; i < items.size(); ++i) {
+    for (int64_t i = 0; i < n_work; ++i) {
+      if (i >= n_items) {  // one chunk of a decode step, kept for the merge below
+        const auto [n, c, g] = splits[i - n_items];
+        const Seq& s = seqs[n];
+        const int64_t lo = e.window > 0 ? std::max<int64_t>(0, s.kv_len - e.window) : 0;
+        const int64_t a = std::max(lo, c * CHUNK), bb = std::min(s.kv_len, (c + 1) * CHUNK);
+        qpairs<NV, RP>(e, q, s, 0, g, qps.data());
+        float* part = partials.data() + part_at[n] + ((c - first_chunk[n]) * e.hkv + g) * e.group * (D + 2);
+        for (int64_t r0 = 0; r0 < e.group; r0 += RP) {
+          const int64_t nrows = std::min<int64_t>(RP, e.group - r0);
+          const uint32_t* qrows[RP];
+          for (int64_t r = 0; r < nrows; ++r) qrows[r] = qps.data() + (r0 + r) * HALF;
+          extend_rows_chunk<NV, RP>(e, s, g, nrows, qrows, c, a, bb, scores, weights, nullptr, nullptr, nullptr,
+                                    false, part + r0 * (D + 2));
+        }
+        continue;
+      }
       const Seq& s = seqs[items[i].first];
       const int64_t b = items[i].second / e.hkv, g = items[i].second % e.hkv;
       const int64_t t0 = b * QBLOCK, t1 = std::min(t0 + QBLOCK, s.q_len);
       const int64_t rows = (t1 - t0) * e.group;
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t r = 0; r < e.group; ++r) {
-          const float* qr = q + ((s.q0 + t) * e.hq + g * e.group + r) * D;
-          uint32_t* dst = qps.data() + ((t - t0) * e.group + r) * HALF;
-          for (int64_t dp = 0; dp < HALF; ++dp) dst[dp] = pair(qr[2 * dp], qr[2 * dp + 1]);
-        }
+      for (int64_t t = t0; t < t1; ++t) qpairs<NV, RP>(e, q, s, t, g, qps.data() + (t - t0) * e.group * HALF);
       const int64_t hi_last = s.kv_len - s.q_len + t1;  // the block's last query sees keys < this
       const int64_t hi_first = s.kv_len - s.q_len + t0 + 1;
       const int64_t lo_first = e.window > 0 ? std::max<int64_t>(0, hi_first - e.window) : 0;
@@ -592,6 +644,29 @@ void extend_run(const Extend& e, const float* q, const T* kpool, const T* vpool,
           std::memcpy(dst + i * 16, &y, 64);
         }
       }
+    }
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < static_cast<int64_t>(seqs.size()); ++n) {
+      if (part_at[n] < 0) continue;
+      const Seq& s = seqs[n];
+      const int64_t chunks_n = (s.kv_len + CHUNK - 1) / CHUNK - first_chunk[n];
+      for (int64_t g = 0; g < e.hkv; ++g)
+        for (int64_t r = 0; r < e.group; ++r) {
+          float m = 0.0f, l = 0.0f;
+          vf run[NV];
+          for (int64_t c = 0; c < chunks_n; ++c) {
+            const float* p = partials.data() + part_at[n] + ((c * e.hkv + g) * e.group + r) * (D + 2);
+            vf acc[NV];
+            std::memcpy(acc, p + 2, sizeof(vf) * NV);
+            merge_into<NV>(m, l, run, p[0], p[1], acc, c == 0);
+          }
+          float* dst = out + (s.q0 * e.hq + g * e.group + r) * D;
+          const vf inv = splat(1.0f / l);
+          for (int i = 0; i < NV; ++i) {
+            vf y = run[i] * inv;
+            std::memcpy(dst + i * 16, &y, 64);
+          }
+        }
     }
   }
 }

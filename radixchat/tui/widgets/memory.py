@@ -38,6 +38,8 @@ class MemoryPanel(Static):
         compiled = {"ready": " · compiled", "compiling": " · compiling…"}.get(stats.decode_compiled, "")
         lines.append(f"weights {stats.weights_format}{compiled}")
         lines.append(f"KV      {stats.kv_dtype} · {stats.decode_attention}")
+        if stats.deterministic:
+            lines.append("        deterministic")
         self.update("\n".join(lines))
 
     def show_remote(self, server: str) -> None:
