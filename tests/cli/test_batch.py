@@ -125,6 +125,8 @@ def test_usage_errors_exit_2(tmp_path):
     assert proc.returncode == 2 and "invalid setting 'weights'" in proc.stderr and "'int4'" in proc.stderr
     proc = run(["--batch", "-", "--kv-dtype", "int8"], stdin="{}")
     assert proc.returncode == 2 and "invalid setting 'kv_dtype'" in proc.stderr and "'float16'" in proc.stderr
+    proc = run(["--batch", "-"], stdin="{}", env={**os.environ, "RADIXCHAT_DETERMINISTIC": "perhaps"})
+    assert proc.returncode == 2 and "invalid setting 'deterministic'" in proc.stderr
     proc = run(["--batch", "-", "--context-overflow", "truncate"], stdin="{}")
     assert proc.returncode == 2 and "invalid setting 'context_overflow'" in proc.stderr
     assert "'drop-oldest' or 'error'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -180,6 +180,13 @@ async def test_the_bundled_model_replies_alike_alone_batched_under_pressure_and_
         engine.call(engine.core.cache.reset)
         together = [await h.result() for h in [engine.submit(p, GREEDY) for p in ids]]
         assert [c.token_ids for c in together] == alone
+        seeded = SamplingParams(temperature=0.7, top_p=0.9, seed=11, max_tokens=24, ignore_eos=True)
+        sampled_alone = []
+        for p in ids[:4]:
+            engine.call(engine.core.cache.reset)
+            sampled_alone.append((await engine.generate(p, seeded)).token_ids)
+        sampled = [await h.result() for h in [engine.submit(p, seeded) for p in ids[:4]]]
+        assert [c.token_ids for c in sampled] == sampled_alone
     pressed = Engine.from_settings(_settings(kv_pool_tokens=160, max_running_requests=3))
     async with pressed:
         out = [await h.result() for h in [pressed.submit(p, GREEDY) for p in ids]]
