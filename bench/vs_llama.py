@@ -108,6 +108,23 @@ def history_prompts(tok) -> list[dict]:
 # -- llama.cpp --------------------------------------------------------------------------------------------
 
 
+def llama_stream(llm, ids: list[int], max_tokens: int) -> tuple[float, float | None, list[int]]:  # noqa: ANN001
+    """Greedy, reusing the longest common prefix it holds: (TTFT, decode tok/s, the tokens it kept)."""
+    started = time.perf_counter()
+    first = last = None
+    n = 0
+    for _ in llm.generate(ids, temp=0.0, top_k=1):
+        now = time.perf_counter()
+        first = first or now
+        last = now
+        n += 1
+        if n >= max_tokens:
+            break
+    out = list(llm._input_ids[len(ids) :])  # noqa: SLF001 - the tokens it kept in its cache
+    tps = (n - 1) / (last - first) if n > 1 and last > first else None
+    return first - started, tps, out
+
+
 def run_llama_history(threads: int, flash_attn: bool) -> dict:
     from llama_cpp import Llama
 
@@ -123,23 +140,8 @@ def run_llama_history(threads: int, flash_attn: bool) -> dict:
     rows = []
     for h in history_prompts(tok):
         llm.reset()
-        started = time.perf_counter()
-        first = last = None
-        n = 0
-        for _ in llm.generate(h["prompt"], temp=0.0, top_k=1):
-            now = time.perf_counter()
-            first = first or now
-            last = now
-            n += 1
-            if n >= HISTORY_REPLY:
-                break
-        reply = list(llm._input_ids[len(h["prompt"]) :])  # noqa: SLF001 - what it holds in its cache
-        cold = first - started
-        tps = (n - 1) / (last - first)
-        started = time.perf_counter()
-        for _ in llm.generate(h["prompt"] + reply + h["follow"], temp=0.0, top_k=1):
-            cached = time.perf_counter() - started
-            break
+        cold, tps, reply = llama_stream(llm, h["prompt"], HISTORY_REPLY)
+        cached = llama_stream(llm, h["prompt"] + reply + h["follow"], 1)[0]
         rows.append(
             {"tokens": len(h["prompt"]), "cold_ttft_s": cold, "decode_tps": tps, "cached_ttft_s": cached}
         )
@@ -155,26 +157,10 @@ def run_llama(threads: int, repeats: int) -> dict:
         model_path=str(gguf_path()), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False
     )
 
-    def stream(ids: list[int], max_tokens: int) -> tuple[float, float | None, list[int]]:
-        started = time.perf_counter()
-        first = last = None
-        out: list[int] = []
-        n = 0
-        for _ in llm.generate(ids, temp=0.0, top_k=1):  # reuses the longest common prefix it holds
-            now = time.perf_counter()
-            first = first or now
-            last = now
-            n += 1
-            if n >= max_tokens:
-                break
-        out = list(llm._input_ids[len(ids) :])  # noqa: SLF001 - the tokens it kept in its cache
-        tps = (n - 1) / (last - first) if n > 1 and last > first else None
-        return first - started, tps, out
-
     decode = []
     for _ in range(repeats):
         llm.reset()
-        decode.append(stream(p["story"], DECODE_TOKENS)[1])
+        decode.append(llama_stream(llm, p["story"], DECODE_TOKENS)[1])
     chat_ttft: list[list[float]] = []
     for _ in range(repeats):
         llm.reset()
@@ -183,14 +169,14 @@ def run_llama(threads: int, repeats: int) -> dict:
         for turn in CHAT:
             history.append({"role": "user", "content": turn})
             ids = chat_ids(tok, history)
-            ttft, _, out = stream(ids, REPLY_TOKENS)
+            ttft, _, out = llama_stream(llm, ids, REPLY_TOKENS)
             ttfts.append(ttft)
             history.append({"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)})
         chat_ttft.append(ttfts)
     cold = []
     for _ in range(repeats):
         llm.reset()
-        cold.append(stream(p["cold"], 1)[0])
+        cold.append(llama_stream(llm, p["cold"], 1)[0])
     return {
         "engine": "llama.cpp",
         "decode_tps": statistics.median(decode),
