@@ -298,7 +298,7 @@ async def _radixchat_history(wait_compiled: float) -> dict:
 def child(args: argparse.Namespace) -> dict:
     # The thread count comes from OMP_NUM_THREADS (the parent sets it). Never torch.set_num_threads here:
     # on the main thread it starts a second OpenMP team beside the engine's, and with more OpenMP threads
-    # than cores every kernel of the engine's thread got slower (a 460-token prefill took 0.60 s, not 0.45).
+    # than cores every kernel of the engine's thread slows down, which would handicap radixchat's figures.
     if args.child in ("llama-history", "llama-fa-history"):
         return run_llama_history(args.threads, flash_attn=args.child == "llama-fa-history")
     if args.child == "auto-history":
