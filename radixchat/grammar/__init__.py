@@ -18,6 +18,7 @@ from .compiler import CompiledGrammar, compile_grammar
 from .errors import GrammarError
 from .lint import lint_grammar
 from .matcher import GrammarMatcher
+from .run_cache import RunCache
 from .schema import (
     GrammarWarning,
     ToolCall,
@@ -34,6 +35,7 @@ __all__ = [
     "GrammarError",
     "GrammarMatcher",
     "GrammarWarning",
+    "RunCache",
     "TokenizerInfo",
     "ToolCall",
     "compile_grammar",

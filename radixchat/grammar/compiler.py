@@ -8,7 +8,7 @@ reductions), plus the ``%ignore`` terminals unless (a) the lexeme just ended was
 whitespace runs stay bounded: one ignored lexeme at a time) or (b) only the end of input may follow.
 
 Masks come from two caches:
-1. ``TokenizerInfo.lexrun(lex)``, per lexer state and shared by all grammars: which tokens stay inside
+1. ``RunCache.lexrun(lex)`` (``run_cache``), per lexer state and tokenizer, shared by all grammars: which tokens stay inside
    the lexeme, which end it and where.
 2. ``CompiledGrammar.entry(stack, lex)``, per grammar, keyed by ``lex`` and only the top of the stack
    that the computation read (``DepthMemo``). Entries hold interned mask arrays (one per distinct mask).
@@ -39,10 +39,12 @@ from .lalr import (
     push_all,
     shiftable,
 )
-from .lexer import DEAD, SPACE, LexRun
+from .lexer_space import DEAD, SPACE
 from .limits import gc_paused, past_deadline
 from .matcher import GrammarMatcher
+from .run_cache import RunCache
 from .tokenizer import TokenizerInfo
+from .vocab_runs import LexRun
 
 #: Rule-name prefixes of an embedded string grammar: ``verbatim_str…: QUOTE verbatim_in…_start QUOTE``.
 #: Between its quotes the text is verbatim (no ignored whitespace); see ``schema.string_grammar``.
@@ -105,6 +107,9 @@ class CompiledGrammar:
         self.source = source
         self.start = start
         self.info = info
+        #: The runs of the vocabulary through lexer states, and the interned masks: one cache per tokenizer,
+        #: shared by every grammar compiled for it (level 1 of the module docstring).
+        self.runs = RunCache.of(info)
         #: A general parser: LALR conflicts fork the parse, and a lexeme that several terminals accept
         #: stands for each of them (generated grammars, whose unions may overlap). Else strict LALR(1)
         #: with Lark's terminal ranking.
@@ -127,7 +132,7 @@ class CompiledGrammar:
         self.dfa_term: dict[int, str] = {}
         for term in sorted(t.terminals.values(), key=lambda x: x.rank):
             self.dfa_term.setdefault(term.dfa, term.name)
-        info.prepare(self.dfa_term)
+        self.runs.prepare(self.dfa_term)
         self._rank = {name: term.rank for name, term in t.terminals.items()}
         self._choose: dict[int, tuple[str, ...]] = {}
         self._unions: dict = {}
@@ -181,7 +186,7 @@ class CompiledGrammar:
           base state: a whole run, 5-15 ms);
         - each key family's key states past the opening quote and past each token of a name's greedy
           tokenization (``TokenizerInfo.greedy_tokens``): the tokens that start with the names' next
-          letters, run from there (``TokenizerInfo.lexrun_part``, 0.2-1 ms each).
+          letters, run from there (``RunCache.lexrun_part``, 0.2-1 ms each).
 
         At most ``PREPARED_STATES`` states a compile, and none past its deadline."""
         t, info = self.tables, self.info
@@ -211,7 +216,7 @@ class CompiledGrammar:
         for lex in list(dict.fromkeys(todo))[:PREPARED_STATES]:
             if past_deadline():  # work the masks would do anyway: it never fails a compile
                 break
-            info.prepare_state(lex)
+            self.runs.prepare_state(lex)
 
     # -- parser contexts ---------------------------------------------------------------------------
 
@@ -389,7 +394,7 @@ class CompiledGrammar:
             if hit is not None and hit[0] is got:
                 return hit[1]
             return self._keep_recent(got, Entry(torch.from_numpy(got[0]), *got))
-        info = self.info
+        info, runs = self.info, self.runs
         lowest = len(stack) - 1
         base = SPACE.base(lex)
         if base is not None:
@@ -398,12 +403,12 @@ class CompiledGrammar:
             # its runs per grammar), but for the tokens that start with those bytes, run from ``lex``.
             e = self.entry(stack, base[0])
             lowest = min(lowest, len(stack) - e.depth)
-            run, redo = info.lexrun_part(lex, base[1])
+            run, redo = runs.lexrun_part(lex, base[1])
             mask = e.mask.copy()
             mask[redo] = False
             mask[self._non_text] = False  # named special tokens and EOS: decided for ``lex`` below
         else:
-            run = info.lexrun(lex)
+            run = runs.lexrun(lex)
             mask = np.zeros(info.vocab_size, dtype=bool)
         mask[run.inside_ids] = True
         if self._families:  # the entry depends on the terminals the parser takes here
@@ -416,7 +421,7 @@ class CompiledGrammar:
             nxt, low = self.after_lexeme(stack, lex)
             lowest = min(lowest, low)
             if nxt:
-                ends = info.ends_first_mask(lex, run)
+                ends = runs.ends_first_mask(lex, run)
                 for st2, lex0 in nxt:
                     e = self.entry(st2, lex0)
                     lowest = min(lowest, len(st2) - e.depth)
@@ -435,7 +440,7 @@ class CompiledGrammar:
             mask[list(info.eos_ids)] = True
         if not mask.any():
             raise GrammarError(f"{self.source}: dead state (no token can continue); grammar bug?")
-        tensor, view = info.intern_mask(mask)
+        tensor, view = runs.intern_mask(mask)
         e = Entry(tensor, view, accepting, only_eos, len(stack) - max(lowest, 0))
         # kept without the tensor (a tensor is tracked by the garbage collector; the array and the tuple
         # are not): a big schema's masks leave thousands of entries, which every full collection walked
@@ -460,7 +465,7 @@ class CompiledGrammar:
         nxt, lowest = self.after_lexeme(stack, pre)
         parts = [ids[:0]]
         for st2, lex0 in nxt:
-            inside, subs = self.info.rows_groups(key, lex0, ids, offs)
+            inside, subs = self.runs.rows_groups(key, lex0, ids, offs)
             parts.append(inside)
             for p, sub_ids, sub_offs, sub_key in subs:
                 sub, low = self._group_allowed(st2, p, sub_key, sub_ids, sub_offs)
@@ -527,7 +532,7 @@ class CompiledGrammar:
         if got is None:
             entries = [self.entry(st, lx) for st, lx in configs]
             mask = np.logical_or.reduce([e.mask for e in entries])
-            tensor, view = self.info.intern_mask(mask)
+            tensor, view = self.runs.intern_mask(mask)
             got = Entry(tensor, view, any(e.accepting for e in entries), all(e.only_eos for e in entries), 0)
             if len(self._unions) > 4096:
                 self._unions.clear()
@@ -551,7 +556,7 @@ class CompiledGrammar:
             "lalr_states": self.n_states,
             "conflicts": len(self.tables.forks),
             "mask_entries": len(self._entries),
-            "lexer_states_cached": self.info.cached_lexer_states,
+            "lexer_states_cached": self.runs.cached_lexer_states,
         }
 
 

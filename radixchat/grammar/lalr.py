@@ -19,7 +19,7 @@ from lark.load_grammar import load_grammar
 from lark.parsers.lalr_analysis import LALR_Analyzer, Reduce, Shift
 
 from .errors import GrammarError, TooManyStates
-from .lexer import SPACE
+from .lexer_space import SPACE
 from .limits import check
 from .lr import lalr
 

@@ -24,7 +24,7 @@ from .compiler import read_grammar
 from .counted import CountedDFA
 from .dfa import ByteDFA
 from .lalr import Terminal, build_tables
-from .lexer import SPACE
+from .lexer_space import SPACE
 from .regex import has_right_context
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from .errors import GrammarError
-from .lexer import DEAD, SPACE
+from .lexer_space import DEAD, SPACE
 
 if TYPE_CHECKING:
     import numpy as np

@@ -203,7 +203,7 @@ class ToolCallMatcher(GrammarMatcher):
             return mask
         only_eos = np.zeros(self.grammar.info.vocab_size, dtype=bool)
         only_eos[list(self._eos)] = True
-        tensor, _ = self.grammar.info.intern_mask(only_eos)
+        tensor, _ = self.grammar.runs.intern_mask(only_eos)
         self.budget_limited = tensor is not mask
         return tensor
 
