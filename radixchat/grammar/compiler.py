@@ -28,17 +28,8 @@ import torch
 
 from .budget import budget_mask, token_costs
 from .errors import GrammarError
-from .lalr import (
-    INF,
-    MAX_FORKS,
-    DepthMemo,
-    Tables,
-    accepts_end,
-    build_tables,
-    completion_cost,
-    push_all,
-    shiftable,
-)
+from .lalr_stack import MAX_FORKS, DepthMemo, accepts_end, completion_cost, push_all, shiftable
+from .lalr_tables import INF, Tables, build_tables
 from .lexer_space import DEAD, SPACE
 from .limits import gc_paused, past_deadline
 from .matcher import GrammarMatcher
@@ -178,15 +169,15 @@ class CompiledGrammar:
     def _prepare(self, names: list[tuple[str, ...]]) -> None:
         """Run now, in the compile, the string states the first masks of a schema's strings and keys
         would run, along the likely way they are written; the compile pays them, where no token is
-        waiting (each was a mask of 0.3-15 ms, the first time a schema reached it):
+        waiting (each would be a slow mask, the first time a schema reached it):
 
         - past the opening quote where each set of terminals starts a lexeme (a parser state's
-          lookaheads): a string with a new pattern (a run over the vocabulary, 2-5 ms), and where a
+          lookaheads): a string with a new pattern (a run over the vocabulary), and where a
           union of open objects opens, one key state that lexes all their names and extra keys (no
-          base state: a whole run, 5-15 ms);
+          base state: a whole run);
         - each key family's key states past the opening quote and past each token of a name's greedy
           tokenization (``TokenizerInfo.greedy_tokens``): the tokens that start with the names' next
-          letters, run from there (``RunCache.lexrun_part``, 0.2-1 ms each).
+          letters, run from there (``RunCache.lexrun_part``).
 
         At most ``PREPARED_STATES`` states a compile, and none past its deadline."""
         t, info = self.tables, self.info
@@ -459,9 +450,9 @@ class CompiledGrammar:
         lowest stack index read.
 
         Not cached here: the entry that asks is (per stack top read), and the rows' runs are (per rows
-        and lexer state, ``rows_groups``). A cache per group and stack top missed 95% of the time on
-        MaskBench (each object position that is new to the parser is new to its groups too), and its
-        lookups and stores cost more than the few hits saved."""
+        and lexer state, ``rows_groups``). A cache per group and stack top nearly always misses (each
+        object position that is new to the parser is new to its groups too), and its lookups and
+        stores cost more than the few hits save."""
         nxt, lowest = self.after_lexeme(stack, pre)
         parts = [ids[:0]]
         for st2, lex0 in nxt:

@@ -12,7 +12,8 @@ import pytest
 
 from radixchat.grammar import RunCache, TokenizerInfo, compile_grammar, compile_json_schema
 from radixchat.grammar.counted import CountedDFA, compile_terminal
-from radixchat.grammar.lalr import END, MAX_FORKS, accepts_end, push, push_all, shiftable
+from radixchat.grammar.lalr_stack import MAX_FORKS, accepts_end, push, push_all, shiftable
+from radixchat.grammar.lalr_tables import END
 from radixchat.grammar.lexer_space import DEAD, SPACE
 from radixchat.grammar.vocab_runs import run
 from radixchat.grammar.vocab_trie import trie_run
