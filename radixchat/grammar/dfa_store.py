@@ -18,7 +18,7 @@ class DFAStore:
     """The terminal DFAs of the lexer space, by id. A plain DFA is kept as its arrays (transitions,
     accepting states, distances, pattern) in numpy object arrays, which the garbage collector neither
     tracks nor walks; ``store[d]`` rebuilds a ``ByteDFA`` over them. A ByteDFA object per DFA was the
-    largest thing left in each full collection (~4k objects, 24k references after 400 MaskBench schemas).
+    largest thing left in each full collection once many schemas had been compiled.
     Counted DFAs (a few per grammar) are kept as objects. The hot paths read the columns directly."""
 
     __slots__ = ("trans", "accept", "dist", "pattern", "plain", "_counted", "_n")
@@ -69,8 +69,8 @@ def untracked(*values) -> np.ndarray:
 
     For the values of long-lived caches: a dict whose keys and values are all untracked is itself
     untracked, but one new tuple value (tuples start out tracked) makes it tracked again, and a full
-    collection then walks every entry (two caches of ~27k entries took ~100k of the ~230k visits of a
-    full collection after a MaskBench run). Only for values that cannot lead back to the box (no cycle
+    collection then walks every entry (a long run's caches of runs were most of what it visited).
+    Only for values that cannot lead back to the box (no cycle
     through it can exist, so the collector missing it frees nothing late)."""
     box = np.empty(len(values), dtype=object)
     for i, v in enumerate(values):

@@ -59,8 +59,8 @@ class LexerSpace:
         self._ids: dict[bytes, int] = {b"": DEAD}
         # Rows, built lazily, in int arrays of ROW_CHUNK ints each: state s's row starts at int
         # _row_at[s] (< 0: not built yet) of their concatenation. A few objects for the collector,
-        # however many states; and no single array that grows: reallocating one of tens of MB (a
-        # copy) took 30-80 ms inside one mask.
+        # however many states; and no single array that grows: reallocating a big one is a copy of all
+        # of it, paid inside whichever mask made it grow.
         self._row_at = array("q", [0])
         self._row_data: list[array] = [array("i", [DEAD] * 256)]
         # per state: the DFAs it accepts for (equal tuples shared, so a full collection walking the list
@@ -172,8 +172,8 @@ class LexerSpace:
         # survives leads to its state alone, mapped a DFA at a time (``_single_ids``): in an open
         # object's key (the extra key, which takes any character, next to the declared names) that is
         # nearly every byte. Only the bytes several components survive intern a product state, one by
-        # one where they are few. (A column per byte for every component, compared by hash, cost
-        # ~100-400 us a row; a trie run from a key family's first state builds ~85 rows.)
+        # one where they are few. (A column per byte for every component, compared by hash, was costly
+        # per row, and a trie run from a key family's first state builds many rows.)
         bits = [self._live_bits(d, s) for d, s in comps]
         seen = multi = 0
         for m in bits:
@@ -239,8 +239,8 @@ class LexerSpace:
         """Plain DFA ``d``'s states alone as lexer states, ``[DEAD, state of 0, state of 1, ...]``.
 
         They are all interned at once, as consecutive states, the first time any is asked for (a few
-        array extensions, ~0.1 us a state): one by one they cost ~10 us each, and a walk of the vocabulary
-        through a big DFA (a pattern under length bounds: ~20k states, one per count) met ~900 new ones
+        array extensions): one by one each costs a Python-level intern, and a walk of the vocabulary
+        through a big DFA (a pattern under length bounds: a state per count) meets hundreds of new ones
         in one mask. Not in ``_ids``: ``intern`` comes here for them."""
         m = self._single.get(d)
         if m is not None:
@@ -289,7 +289,8 @@ class LexerSpace:
         """The bytes that continue the lexeme of ``lex``, in order (cached). Where the state's row is not
         built they are the union of its components' live bytes: a walk down the vocabulary passes a
         product state per key prefix, and building its row (a column per byte, and a new state interned
-        per distinct column) cost ~150-300 us where a few tokens continue through one or two bytes."""
+        per distinct column) costs far more than the walk where a few tokens continue through one or
+        two bytes."""
         got = self._live_bytes.get(lex)
         if got is not None:
             return got
@@ -384,7 +385,7 @@ class LexerSpace:
 
         Every open object's extra key is its own DFA (any string but its names), but past the names they
         all go on alike (a JSON string's interior): runs are kept by twin, and a twin's run is renamed
-        (``twin_map``) instead of running the vocabulary again (~3-5 ms for each object's first key).
+        (``twin_map``) instead of running the vocabulary again for each object's first key.
         The first state seen with a future is its twin, and so are the states it reaches for the states
         that a later one reaches (in the same place of their breadth-first orders)."""
         got = self._canon_of.get(lex)
@@ -486,9 +487,9 @@ class LexerSpace:
     def walkable(self, lex: int) -> bool:
         """Whether ``lex`` is run by a walk of the vocabulary (``walk_run``), not vectorised: few bytes
         continue its lexeme, or many but each terminal takes few (a closed object's first key state:
-        a hundred names, ~20 first letters between them, one each). A vectorised run from there built
-        a row of the product for every name prefix a token reached (~270 rows, 20-35 ms); the walk
-        steps only the bytes tokens take."""
+        a hundred names, a few dozen first letters between them, one each). A vectorised run from there
+        builds a row of the product for every name prefix a token reaches; the walk steps only the
+        bytes tokens take."""
         if len(self.live_bytes(lex)) <= WIDE:
             return True
         flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
@@ -504,8 +505,8 @@ class LexerSpace:
         return m
 
     def _pack_live(self, d: int) -> None:
-        """``_live_bits`` of every state of plain DFA ``d`` (~30 us for a name's DFA: a closed object's
-        first key state has a hundred of them, and packing them there cost its mask ~8 ms)."""
+        """``_live_bits`` of every state of plain DFA ``d``, when the DFA is made: a closed object's first
+        key state has a DFA per name, and packing them all there would be paid by its mask."""
         trans = self.dfas.trans[d]
         packed = np.packbits(trans >= 0, axis=1, bitorder="little").tobytes()
         for t in range(trans.shape[0]):
@@ -535,8 +536,8 @@ class LexerSpace:
     def _move(self, lex: int, byte: int) -> int:
         """``step`` of a state whose row is not built, from its components' moves on ``byte`` alone: a
         scalar run (a few tokens after a lexeme ended, a token's bytes through a key it alone passes)
-        steps a state on one or two bytes, and a row of 256 costs ~50-150 us where several terminals
-        are alive (a lexeme's start)."""
+        steps a state on one or two bytes, and a row of 256 is costly where several terminals are
+        alive (a lexeme's start)."""
         flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
         out = []
         trans = self.dfas.trans

@@ -156,8 +156,7 @@ class RunCache:
 
     def prepare(self, dfa_ids: Iterable[int]) -> None:
         """Build now what the masks of these terminals' DFAs will need once per tokenizer: the profiles
-        of counted loops (a run of the vocabulary through the loop's skeleton, ~10-25 ms for a JSON
-        string's characters), so that a grammar's compile pays them, not one of its masks."""
+        of counted loops (a run of the vocabulary through the loop's skeleton), so that a grammar's compile pays them, not one of its masks."""
         for d in dfa_ids:
             dfa = SPACE.dfas[d]
             if isinstance(dfa, CountedDFA):
@@ -204,10 +203,10 @@ class RunCache:
 
     def _rows_digest(self, ids: np.ndarray, offs: np.ndarray) -> bytes | int:
         """A name for the rows ``(ids, offs)``: equal rows get the same one, different rows different
-        ones. Up to ``FILTER_ROWS`` rows: a BLAKE2 digest (~3 us). More (the ~32k of a whitespace group): one
-        took ~1 ms, paid in the mask of every new lexer state that has such a group, so they are named
-        by a CRC (~80 us) and compared with the rows kept under it; rows with the same CRC differ by a
-        last index."""
+        ones. Up to ``FILTER_ROWS`` rows: a BLAKE2 digest. More (a whitespace group: every token that
+        starts with whitespace): a digest of them would be paid in the mask of every new lexer state that
+        has such a group, so they are named by a CRC, much cheaper, and compared with the rows kept under
+        it; rows with the same CRC differ by a last index."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         offs = np.ascontiguousarray(offs, dtype=np.int32)
         if ids.size <= FILTER_ROWS:
@@ -234,7 +233,7 @@ class RunCache:
         return got
 
     def rows_run(self, key, lex: int, ids: np.ndarray, offs: np.ndarray):
-        """``lexer.run`` of rows ``(ids, offs)`` (identified by ``key``) from ``lex`` (cached:
+        """``vocab_runs.run`` of rows ``(ids, offs)`` (identified by ``key``) from ``lex`` (cached:
         context-independent)."""
         name = self._rows_name(key, lex, ids, offs)
         got = self._rows.get(name)
@@ -253,7 +252,7 @@ class RunCache:
             # the raw rows are not kept as well (``rows_run`` keeps them, for budget steering)
             got = self._rows.get(name)
             if got is None and ids.size > FILTER_ROWS and not SPACE.accepting[lex]:
-                # A big group (the ~32k tokens that start with whitespace, after it): only the rows whose
+                # A big group (the tokens that start with whitespace, after it): only the rows whose
                 # next byte ``lex`` takes can matter; the others die on it, after a lexeme that does not
                 # accept (or rows that end there, byte 256, which stay inside).
                 order, bounds = self._rows_by_next_byte(name[0], ids, offs)
@@ -262,7 +261,7 @@ class RunCache:
                 ids, offs = ids[sel], offs[sel]
             final, death, pres = got or run_rows(lex, ids, offs, self.flat, self.starts, self.lens)
             # each sub-group's key: short, and the same wherever these rows are met (a key nesting its
-            # parents' keys was hashed whole at every lookup, ~7 us deep in a crossing token)
+            # parents' keys was hashed whole at every lookup, which grew with the depth of a crossing token)
             subs = tuple(
                 (p, ids[sel], death[sel], (name[0], lex, p)) for p, sel in groups_by_pre(death, pres)
             )

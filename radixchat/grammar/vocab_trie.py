@@ -19,8 +19,8 @@ from .vocab_runs import BYTE, concat_ranges, run_bytes
 
 class Trie:
     """The vocabulary as a trie of its distinct prefixes, level by level (one level per byte), for
-    ``trie_run``: a run of the whole vocabulary steps each distinct prefix once (SmolLM2: 100k prefixes
-    for 332k token bytes) with one vectorised step per level.
+    ``trie_run``: a run of the whole vocabulary steps each distinct prefix once (far fewer than the vocabulary's
+    bytes: tokens share prefixes) with one vectorised step per level.
 
     Level ``d`` (0-based; prefixes of ``d + 1`` bytes) holds ``byte[d]`` (each prefix's last byte),
     ``parent[d]`` (its prefix's index in level ``d - 1``); ``node`` is the global index of each token's
@@ -45,7 +45,7 @@ class Trie:
     )
 
     # tokens' runs kept in ``memo`` (12 bytes each); past it the least recently used subtrees go, a few at
-    # a time (clearing it all at once freed ~80 runs' arrays inside one mask: ~13 ms)
+    # a time (clearing it all at once freed many runs' arrays at once, inside one mask)
     MEMO_TOKENS = 4_000_000
 
     def __init__(self, toks: list[bytes], ids: np.ndarray) -> None:
@@ -105,7 +105,7 @@ def trie_run(
     A token's run after its first byte depends only on the lexer state that byte leads to, so the runs
     of each first byte's subtree are kept by (byte, state): the states inside an open object's key, say,
     differ from the plain string state in the few bytes that continue a declared name, and reuse every
-    other subtree (stepping only the subtrees not seen before: a few hundred tokens, not all ~49k).
+    other subtree (stepping only the subtrees not seen before: a few hundred tokens, not the vocabulary).
     A subtree whose state differs from another's on a few bytes only (``LexerSpace.derive_base``) is
     run from that one and derived (``_derive``)."""
     if not trie.byte:
@@ -115,7 +115,7 @@ def trie_run(
         nodes = np.arange(trie.byte[0].size)
         roots = trie.byte[0]
         after = SPACE.next_states(np.full(roots.size, lex, dtype=np.int32), roots)
-    else:  # a few first bytes: stepped one by one (a product state's row costs ~100 us)
+    else:  # a few first bytes: stepped one by one (no product state's row is built for them)
         nodes = np.asarray(sel, dtype=np.int64)
         roots = trie.byte[0][nodes]
         after = np.array([SPACE.step(lex, b) for b in roots.tolist()], dtype=np.int32)
@@ -199,8 +199,8 @@ def _derive(
     next letters), and so do the states they lead to on every other byte: a token's run differs only
     where it ends or dies while the states differ. A walk down the sorted vocabulary follows just the
     bytes they differ on, and writes the tokens it meets; every other token keeps the run it has.
-    (The subtree of a name's first letter in a key family stepped product states, a row each: ~60 rows
-    of ~100 us.)"""
+    (Run itself, the subtree of a name's first letter in a key family steps product states, and builds
+    a costly row for each.)"""
     toks = trie.toks
     todo = [(lex, base, 1, lo, hi)]
     while todo:
