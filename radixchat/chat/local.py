@@ -52,25 +52,27 @@ class GrammarService:
         self._eos_ids = eos_ids
         self._cache_dir = cache_dir
         self._info: Any = None
+        self._runs: Any = None  # the tokenizer's ``RunCache``: the mask cache saved and loaded here
         self._loaded_states = 0
         self._lock = threading.Lock()
 
     @property
     def info(self) -> Any:
-        from radixchat.grammar import TokenizerInfo
+        from radixchat.grammar import RunCache, TokenizerInfo
 
         with self._lock:
             if self._info is None:
                 self._info = TokenizerInfo.from_tokenizer(
                     self._tokenizer, vocab_size=self._vocab_size, eos_ids=sorted(self._eos_ids)
                 )
+                self._runs = RunCache.of(self._info)
                 path = self._cache_file()
                 if path is not None and path.is_file():
                     try:
-                        self._info.load_cache(path)
+                        self._runs.load_cache(path)
                     except Exception as exc:  # a stale or damaged cache only costs warm-up time
                         log.warning("ignoring the grammar mask cache %s: %s", path, exc)
-                self._loaded_states = self._info.cached_states
+                self._loaded_states = self._runs.cached_states
             return self._info
 
     def _cache_file(self) -> Path | None:
@@ -82,14 +84,14 @@ class GrammarService:
         """Write the mask cache back if grammars reached new states since it was loaded (atomic)."""
         with self._lock:
             path = self._cache_file()
-            if path is None or self._info.cached_states <= self._loaded_states:
+            if path is None or self._runs.cached_states <= self._loaded_states:
                 return
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
             try:
-                self._info.save_cache(tmp)
+                self._runs.save_cache(tmp)
                 os.replace(tmp, path)
-                self._loaded_states = self._info.cached_states
+                self._loaded_states = self._runs.cached_states
             except OSError as exc:
                 log.warning("cannot save the grammar mask cache %s: %s", path, exc)
                 tmp.unlink(missing_ok=True)

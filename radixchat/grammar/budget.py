@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .lexer import DEAD, SPACE, groups_by_pre
+from .lexer_space import DEAD, SPACE
+from .vocab_runs import groups_by_pre
 
 
 def _state_costs(g, stack, finals: np.ndarray) -> np.ndarray:
@@ -26,13 +27,13 @@ def _state_costs(g, stack, finals: np.ndarray) -> np.ndarray:
 def token_costs(g, stack: tuple[int, ...], lex: int) -> np.ndarray:
     """int64[n_tokens]: -1 where the token is not allowed, else the cost after taking it."""
     info = g.info
-    run = info.lexrun(lex)
+    run = g.runs.lexrun(lex)
     out = np.full(len(info.token_bytes), -1, dtype=np.int64)
     if run.inside_ids.size:
         out[run.inside_ids] = _state_costs(g, stack, run.inside_final)
     if SPACE.accepting[lex]:
         nxt, _ = g.after_lexeme(stack, lex)
-        sel = info.ends_first(lex, run) if nxt else None
+        sel = g.runs.ends_first(lex, run) if nxt else None
         for st2, lex0 in nxt:
             out[sel] = cheapest(out[sel], token_costs(g, st2, lex0)[sel])
     for k, (pre, ids, offs) in enumerate(run.cross):
@@ -54,7 +55,7 @@ def _group_costs(g, stack, pre: int, key: tuple, ids: np.ndarray, offs: np.ndarr
     nxt, _ = g.after_lexeme(stack, pre)
     for st2, lex0 in nxt:
         here = np.full(ids.shape[0], -1, dtype=np.int64)
-        final, death, pres = g.info.rows_run(key, lex0, ids, offs)
+        final, death, pres = g.runs.rows_run(key, lex0, ids, offs)
         alive = final != DEAD
         if alive.any():
             here[alive] = _state_costs(g, st2, final[alive])
@@ -83,4 +84,4 @@ def budget_mask(g, configs: tuple, remaining: int) -> torch.Tensor:
         mask[list(g.info.eos_ids)] = True
     if not mask.any():
         return g.union(configs).tensor if len(configs) > 1 else g.entry(*configs[0]).tensor
-    return g.info.intern_mask(mask)[0]
+    return g.runs.intern_mask(mask)[0]

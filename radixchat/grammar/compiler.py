@@ -8,7 +8,7 @@ reductions), plus the ``%ignore`` terminals unless (a) the lexeme just ended was
 whitespace runs stay bounded: one ignored lexeme at a time) or (b) only the end of input may follow.
 
 Masks come from two caches:
-1. ``TokenizerInfo.lexrun(lex)``, per lexer state and shared by all grammars: which tokens stay inside
+1. ``RunCache.lexrun(lex)`` (``run_cache``), per lexer state and tokenizer, shared by all grammars: which tokens stay inside
    the lexeme, which end it and where.
 2. ``CompiledGrammar.entry(stack, lex)``, per grammar, keyed by ``lex`` and only the top of the stack
    that the computation read (``DepthMemo``). Entries hold interned mask arrays (one per distinct mask).
@@ -28,21 +28,14 @@ import torch
 
 from .budget import budget_mask, token_costs
 from .errors import GrammarError
-from .lalr import (
-    INF,
-    MAX_FORKS,
-    DepthMemo,
-    Tables,
-    accepts_end,
-    build_tables,
-    completion_cost,
-    push_all,
-    shiftable,
-)
-from .lexer import DEAD, SPACE, LexRun
+from .lalr_stack import MAX_FORKS, DepthMemo, accepts_end, completion_cost, push_all, shiftable
+from .lalr_tables import INF, Tables, build_tables
+from .lexer_space import DEAD, SPACE
 from .limits import gc_paused, past_deadline
 from .matcher import GrammarMatcher
+from .run_cache import RunCache
 from .tokenizer import TokenizerInfo
+from .vocab_runs import LexRun
 
 #: Rule-name prefixes of an embedded string grammar: ``verbatim_str…: QUOTE verbatim_in…_start QUOTE``.
 #: Between its quotes the text is verbatim (no ignored whitespace); see ``schema.string_grammar``.
@@ -105,6 +98,9 @@ class CompiledGrammar:
         self.source = source
         self.start = start
         self.info = info
+        #: The runs of the vocabulary through lexer states, and the interned masks: one cache per tokenizer,
+        #: shared by every grammar compiled for it (level 1 of the module docstring).
+        self.runs = RunCache.of(info)
         #: A general parser: LALR conflicts fork the parse, and a lexeme that several terminals accept
         #: stands for each of them (generated grammars, whose unions may overlap). Else strict LALR(1)
         #: with Lark's terminal ranking.
@@ -127,7 +123,7 @@ class CompiledGrammar:
         self.dfa_term: dict[int, str] = {}
         for term in sorted(t.terminals.values(), key=lambda x: x.rank):
             self.dfa_term.setdefault(term.dfa, term.name)
-        info.prepare(self.dfa_term)
+        self.runs.prepare(self.dfa_term)
         self._rank = {name: term.rank for name, term in t.terminals.items()}
         self._choose: dict[int, tuple[str, ...]] = {}
         self._unions: dict = {}
@@ -173,15 +169,15 @@ class CompiledGrammar:
     def _prepare(self, names: list[tuple[str, ...]]) -> None:
         """Run now, in the compile, the string states the first masks of a schema's strings and keys
         would run, along the likely way they are written; the compile pays them, where no token is
-        waiting (each was a mask of 0.3-15 ms, the first time a schema reached it):
+        waiting (each would be a slow mask, the first time a schema reached it):
 
         - past the opening quote where each set of terminals starts a lexeme (a parser state's
-          lookaheads): a string with a new pattern (a run over the vocabulary, 2-5 ms), and where a
+          lookaheads): a string with a new pattern (a run over the vocabulary), and where a
           union of open objects opens, one key state that lexes all their names and extra keys (no
-          base state: a whole run, 5-15 ms);
+          base state: a whole run);
         - each key family's key states past the opening quote and past each token of a name's greedy
           tokenization (``TokenizerInfo.greedy_tokens``): the tokens that start with the names' next
-          letters, run from there (``TokenizerInfo.lexrun_part``, 0.2-1 ms each).
+          letters, run from there (``RunCache.lexrun_part``).
 
         At most ``PREPARED_STATES`` states a compile, and none past its deadline."""
         t, info = self.tables, self.info
@@ -211,7 +207,7 @@ class CompiledGrammar:
         for lex in list(dict.fromkeys(todo))[:PREPARED_STATES]:
             if past_deadline():  # work the masks would do anyway: it never fails a compile
                 break
-            info.prepare_state(lex)
+            self.runs.prepare_state(lex)
 
     # -- parser contexts ---------------------------------------------------------------------------
 
@@ -389,7 +385,7 @@ class CompiledGrammar:
             if hit is not None and hit[0] is got:
                 return hit[1]
             return self._keep_recent(got, Entry(torch.from_numpy(got[0]), *got))
-        info = self.info
+        info, runs = self.info, self.runs
         lowest = len(stack) - 1
         base = SPACE.base(lex)
         if base is not None:
@@ -398,12 +394,12 @@ class CompiledGrammar:
             # its runs per grammar), but for the tokens that start with those bytes, run from ``lex``.
             e = self.entry(stack, base[0])
             lowest = min(lowest, len(stack) - e.depth)
-            run, redo = info.lexrun_part(lex, base[1])
+            run, redo = runs.lexrun_part(lex, base[1])
             mask = e.mask.copy()
             mask[redo] = False
             mask[self._non_text] = False  # named special tokens and EOS: decided for ``lex`` below
         else:
-            run = info.lexrun(lex)
+            run = runs.lexrun(lex)
             mask = np.zeros(info.vocab_size, dtype=bool)
         mask[run.inside_ids] = True
         if self._families:  # the entry depends on the terminals the parser takes here
@@ -416,7 +412,7 @@ class CompiledGrammar:
             nxt, low = self.after_lexeme(stack, lex)
             lowest = min(lowest, low)
             if nxt:
-                ends = info.ends_first_mask(lex, run)
+                ends = runs.ends_first_mask(lex, run)
                 for st2, lex0 in nxt:
                     e = self.entry(st2, lex0)
                     lowest = min(lowest, len(st2) - e.depth)
@@ -435,7 +431,7 @@ class CompiledGrammar:
             mask[list(info.eos_ids)] = True
         if not mask.any():
             raise GrammarError(f"{self.source}: dead state (no token can continue); grammar bug?")
-        tensor, view = info.intern_mask(mask)
+        tensor, view = runs.intern_mask(mask)
         e = Entry(tensor, view, accepting, only_eos, len(stack) - max(lowest, 0))
         # kept without the tensor (a tensor is tracked by the garbage collector; the array and the tuple
         # are not): a big schema's masks leave thousands of entries, which every full collection walked
@@ -454,13 +450,13 @@ class CompiledGrammar:
         lowest stack index read.
 
         Not cached here: the entry that asks is (per stack top read), and the rows' runs are (per rows
-        and lexer state, ``rows_groups``). A cache per group and stack top missed 95% of the time on
-        MaskBench (each object position that is new to the parser is new to its groups too), and its
-        lookups and stores cost more than the few hits saved."""
+        and lexer state, ``rows_groups``). A cache per group and stack top nearly always misses (each
+        object position that is new to the parser is new to its groups too), and its lookups and
+        stores cost more than the few hits save."""
         nxt, lowest = self.after_lexeme(stack, pre)
         parts = [ids[:0]]
         for st2, lex0 in nxt:
-            inside, subs = self.info.rows_groups(key, lex0, ids, offs)
+            inside, subs = self.runs.rows_groups(key, lex0, ids, offs)
             parts.append(inside)
             for p, sub_ids, sub_offs, sub_key in subs:
                 sub, low = self._group_allowed(st2, p, sub_key, sub_ids, sub_offs)
@@ -527,7 +523,7 @@ class CompiledGrammar:
         if got is None:
             entries = [self.entry(st, lx) for st, lx in configs]
             mask = np.logical_or.reduce([e.mask for e in entries])
-            tensor, view = self.info.intern_mask(mask)
+            tensor, view = self.runs.intern_mask(mask)
             got = Entry(tensor, view, any(e.accepting for e in entries), all(e.only_eos for e in entries), 0)
             if len(self._unions) > 4096:
                 self._unions.clear()
@@ -551,7 +547,7 @@ class CompiledGrammar:
             "lalr_states": self.n_states,
             "conflicts": len(self.tables.forks),
             "mask_entries": len(self._entries),
-            "lexer_states_cached": self.info.cached_lexer_states,
+            "lexer_states_cached": self.runs.cached_lexer_states,
         }
 
 

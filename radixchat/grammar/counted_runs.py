@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .counted import CountedDFA, Loop
-from .lexer import SPACE, LexRun
+from .lexer_space import SPACE
+from .vocab_runs import LexRun, run_vectorised
 
 
 @dataclass(slots=True)
@@ -56,37 +57,25 @@ def profile(
     live = np.flatnonzero(loop.trans[local] >= 0).tolist()
     ids = np.concatenate([by_first[first_bounds[x] : first_bounds[x + 1]] for x in live] + [by_first[:0]])
     n_rows = ids.shape[0]
-    final = np.full(n_rows, -1, dtype=np.int32)
-    death = np.full(n_rows, -1, dtype=np.int32)
-    pre = np.zeros(n_rows, dtype=np.int32)
     items = np.zeros(n_rows, dtype=np.int32)
     left = np.zeros(n_rows, dtype=bool)
-    rows = np.arange(n_rows)
-    cur = np.full(n_rows, local, dtype=np.int32)
-    base = starts[ids].astype(np.int64)
-    pos = base.copy()
-    end = base + lens[ids]
     trans, ann = loop.trans, loop.ann
-    while rows.size:
-        byte = flat[pos]
-        nxt = trans[cur, byte]
+
+    def count(rows: np.ndarray, cur: np.ndarray, byte: np.ndarray) -> None:
         a = ann[cur, byte]
-        dead = nxt < 0
-        if dead.any():
-            r = rows[dead]
-            death[r] = (pos - base)[dead]
-            pre[r] = cur[dead]
-            keep = ~dead
-            rows, nxt, a, pos, base, end = rows[keep], nxt[keep], a[keep], pos[keep], base[keep], end[keep]
         items[rows] += a == 1
         left[rows] |= a == 2
-        pos = pos + 1
-        cur = nxt
-        done = pos >= end
-        if done.any():
-            final[rows[done]] = cur[done]
-            keep = ~done
-            rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
+
+    final, death, pre = run_vectorised(
+        lambda cur, byte: trans[cur, byte],
+        np.full(n_rows, local, dtype=np.int32),
+        np.zeros(n_rows, dtype=np.int64),
+        starts[ids].astype(np.int64),
+        lens[ids].astype(np.int64),
+        flat,
+        dead=-1,
+        visit=count,
+    )
     inside = final >= 0
     crossing = (death >= 1) & loop.accept[pre]
     return Profile(

@@ -157,7 +157,7 @@ class ByteDFA:
 
     @classmethod
     def of(cls, trans: np.ndarray, accept: np.ndarray, dist: np.ndarray, pattern: str) -> ByteDFA:
-        """A DFA over arrays kept elsewhere (``lexer.DFAStore``), without computing its distances again."""
+        """A DFA over arrays kept elsewhere (``dfa_store.DFAStore``), without computing its distances again."""
         dfa = cls.__new__(cls)
         dfa.trans, dfa.accept, dfa.dist, dfa.pattern, dfa._rows = trans, accept, dist, pattern, None
         return dfa
@@ -524,8 +524,8 @@ def _words_dfa(words: list[bytes], pattern: str) -> ByteDFA | None:
     (the trie has at least as many states as the subset DFA, whose states are the sets of NFA
     positions reached by the same prefixes, so ``finish`` minimises that one too, and minimal DFAs
     numbered this way are equal). Beyond it ``finish`` would leave the DFA unminimised: same language,
-    more states (an enum of 5,000 region codes: 7,711 states and 1.5 s, here ~0.1 s and fewer
-    states); what a lexer does depends only on the language."""
+    more states, and slowly (a big enum of codes); here fewer states, sooner. What a lexer does
+    depends only on the language."""
     children: list[dict[int, int]] = [{}]
     accept = [False]
     for w in words:
@@ -574,7 +574,7 @@ def _words_dfa(words: list[bytes], pattern: str) -> ByteDFA | None:
 @functools.lru_cache(maxsize=512)
 def compile_regex(pattern: str, where: str = "regex") -> ByteDFA:
     """The byte DFA of a Python regex (cached: equal patterns share one DFA object). Terminals are kept
-    by the lexer space (``lexer.DFAStore``), so this cache stays small: each DFA object it holds is one
+    by the lexer space (``dfa_store.DFAStore``), so this cache stays small: each DFA object it holds is one
     more object for every full collection of the garbage collector."""
     dfa = compile_node(parse(pattern, where), pattern)
     if dfa.accept[0]:

@@ -58,7 +58,7 @@ def gc_paused() -> Iterator[None]:
 
     Compiling allocates hundreds of thousands of small containers (LR items, DFA rows, rule lists),
     which triggers full collections; each walks every object of the process (a loaded model and
-    tokenizer: ~0.1 s a time), several times per big schema. Compiling makes little cyclic garbage;
+    tokenizer make that slow), several times per big schema. Compiling makes little cyclic garbage;
     what it makes is collected after."""
     if not gc.isenabled():
         yield

@@ -23,8 +23,8 @@ from itertools import combinations
 from .compiler import read_grammar
 from .counted import CountedDFA
 from .dfa import ByteDFA
-from .lalr import Terminal, build_tables
-from .lexer import SPACE
+from .lalr_tables import Terminal, build_tables
+from .lexer_space import SPACE
 from .regex import has_right_context
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from .errors import GrammarError
-from .lexer import DEAD, SPACE
+from .lexer_space import DEAD
 
 if TYPE_CHECKING:
     import numpy as np
@@ -180,7 +180,3 @@ class GrammarMatcher:
         if self.finished:
             return 0
         return int(min(self.grammar.lex_cost(st, lx) for st, lx in self.configs))
-
-    @property
-    def in_lexeme(self) -> bool:
-        return not all(SPACE.is_start[lx] for _, lx in self.configs)

@@ -16,7 +16,7 @@ AST nodes are tuples (cheap, hashable):
 The language is regular by construction: back-references, anchors, look-behind, possessive
 quantifiers and atomic groups raise ``GrammarError``. Matching semantics are *longest match* (the lexer
 extends a lexeme while it can); Python's ``re`` is leftmost-first. The two agree for the terminals we
-ship and generate; ``lalr.lint`` flags grammars where they could differ.
+ship and generate; ``lint.lint_grammar`` flags grammars where they could differ.
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ import unicodedata
 
 from .errors import GrammarError
 
+# Python's own regex parser and its opcodes (private modules of ``re``, public under their old names
+# before 3.11): patterns are parsed exactly as ``re`` parses them. Public here for ``schema``'s patterns.
 if sys.version_info >= (3, 11):
-    import re._constants as _c
-    import re._parser as _p
+    import re._constants as sre_constants
+    import re._parser as sre_parse
 else:  # pragma: no cover - exercised only on 3.10
-    import sre_constants as _c
-    import sre_parse as _p
+    import sre_constants
+    import sre_parse
 
 MAX_CP = 0x10FFFF
 Ranges = tuple[tuple[int, int], ...]
@@ -76,16 +78,8 @@ def intersect(a: Ranges, b: Ranges) -> Ranges:
     return negate(norm(negate(a) + negate(b)))
 
 
-def subtract(a: Ranges, b: Ranges) -> Ranges:
-    return intersect(a, negate(b))
-
-
 def chars(s: str) -> Ranges:
     return norm((ord(c), ord(c)) for c in s)
-
-
-def cset(ranges) -> Node:
-    return ("set", norm(ranges))
 
 
 def lit(text: str) -> Node:
@@ -116,7 +110,7 @@ def rep(node: Node, lo: int, hi: int | None) -> Node:
 
 
 @functools.cache
-def _unicode_category(kind: str) -> Ranges:
+def unicode_category(kind: str) -> Ranges:
     """Code points Python's ``re`` puts in \\d, \\s or \\w (unicode mode), as ranges.
 
     Computed with ``re`` itself over every code point, so the semantics are exactly Python's.
@@ -135,17 +129,17 @@ _ASCII_CATS = {
 
 def _category(cat, ascii_only: bool) -> Ranges:
     names = {
-        _c.CATEGORY_DIGIT: ("digit", False),
-        _c.CATEGORY_NOT_DIGIT: ("digit", True),
-        _c.CATEGORY_SPACE: ("space", False),
-        _c.CATEGORY_NOT_SPACE: ("space", True),
-        _c.CATEGORY_WORD: ("word", False),
-        _c.CATEGORY_NOT_WORD: ("word", True),
+        sre_constants.CATEGORY_DIGIT: ("digit", False),
+        sre_constants.CATEGORY_NOT_DIGIT: ("digit", True),
+        sre_constants.CATEGORY_SPACE: ("space", False),
+        sre_constants.CATEGORY_NOT_SPACE: ("space", True),
+        sre_constants.CATEGORY_WORD: ("word", False),
+        sre_constants.CATEGORY_NOT_WORD: ("word", True),
     }
     if cat not in names:
         raise GrammarError(f"unsupported regex category {cat}")
     kind, neg = names[cat]
-    base = _ASCII_CATS[kind] if ascii_only else _unicode_category(kind)
+    base = _ASCII_CATS[kind] if ascii_only else unicode_category(kind)
     return negate(base) if neg else base
 
 
@@ -176,62 +170,75 @@ def casefold(ranges: Ranges) -> Ranges:
 def parse(pattern: str, where: str = "regex") -> Node:
     """Parse a Python regex into the AST. Raises GrammarError naming ``where`` on unsupported syntax."""
     try:
-        tree = _p.parse(pattern, 0)
+        tree = sre_parse.parse(pattern, 0)
     except re.error as e:
         raise GrammarError(f"{where}: invalid regex {pattern!r}: {e}") from None
     flags = tree.state.flags
     items = list(tree)
     looks: list[Node] = []
     # Leading look-aheads become lexeme-level constraints.
-    while items and items[0][0] in (_c.ASSERT, _c.ASSERT_NOT):
+    while items and items[0][0] in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
         op, (direction, sub) = items.pop(0)
         if direction != 1:
             raise GrammarError(f"{where}: look-behind is not supported in {pattern!r}")
-        looks.append(("look", op == _c.ASSERT, _conv(sub, flags, where, pattern)))
+        looks.append(("look", op == sre_constants.ASSERT, sre_to_ast(sub, flags, where, pattern)))
     # A trailing negative look-ahead is *right context* (about the text after the lexeme). The byte
     # lexer is greedy and cannot see past the lexeme, so it is not part of the language; generated
     # grammars use it only to make Python's leftmost-first matching pick the longest match.
-    while items and items[-1][0] is _c.ASSERT_NOT and items[-1][1][0] == 1:
+    while items and items[-1][0] is sre_constants.ASSERT_NOT and items[-1][1][0] == 1:
         items.pop()
-    body = _conv(items, flags, where, pattern)
+    body = sre_to_ast(items, flags, where, pattern)
     return cat(*looks, body) if looks else body
 
 
 def has_right_context(pattern: str) -> bool:
     """Whether a pattern ends with a look-ahead (right context the byte lexer does not enforce)."""
     try:
-        items = list(_p.parse(pattern, 0))
+        items = list(sre_parse.parse(pattern, 0))
     except re.error:
         return False
-    return bool(items) and items[-1][0] in (_c.ASSERT, _c.ASSERT_NOT) and items[-1][1][0] == 1
+    return (
+        bool(items)
+        and items[-1][0] in (sre_constants.ASSERT, sre_constants.ASSERT_NOT)
+        and items[-1][1][0] == 1
+    )
 
 
-def _conv(items, flags: int, where: str, pattern: str) -> Node:
+def sre_to_ast(items, flags: int, where: str, pattern: str) -> Node:
+    """Our AST of ``items``, a sequence ``sre_parse`` returned for ``pattern`` (``where`` names it in
+    errors), under ``re`` flags ``flags``."""
     parts: list[Node] = []
-    icase = bool(flags & _c.SRE_FLAG_IGNORECASE)
-    ascii_only = bool(flags & _c.SRE_FLAG_ASCII)
+    icase = bool(flags & sre_constants.SRE_FLAG_IGNORECASE)
+    ascii_only = bool(flags & sre_constants.SRE_FLAG_ASCII)
     for op, av in items:
-        if op is _c.LITERAL:
+        if op is sre_constants.LITERAL:
             r = ((av, av),)
             parts.append(("set", casefold(r) if icase else r))
-        elif op is _c.NOT_LITERAL:
+        elif op is sre_constants.NOT_LITERAL:
             r = ((av, av),)
             parts.append(("set", negate(casefold(r) if icase else r)))
-        elif op is _c.ANY:
-            parts.append(("set", ALL if flags & _c.SRE_FLAG_DOTALL else negate(((10, 10),))))
-        elif op is _c.IN:
+        elif op is sre_constants.ANY:
+            parts.append(("set", ALL if flags & sre_constants.SRE_FLAG_DOTALL else negate(((10, 10),))))
+        elif op is sre_constants.IN:
             parts.append(("set", _conv_in(av, icase, ascii_only, where, pattern)))
-        elif op is _c.BRANCH:
-            parts.append(alt(*(_conv(b, flags, where, pattern) for b in av[1])))
-        elif op is _c.SUBPATTERN:
+        elif op is sre_constants.BRANCH:
+            parts.append(alt(*(sre_to_ast(b, flags, where, pattern) for b in av[1])))
+        elif op is sre_constants.SUBPATTERN:
             _group, add, delete, sub = av
-            parts.append(_conv(sub, (flags | add) & ~delete, where, pattern))
-        elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
+            parts.append(sre_to_ast(sub, (flags | add) & ~delete, where, pattern))
+        elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT):
             lo, hi, sub = av
-            parts.append(("rep", _conv(sub, flags, where, pattern), lo, None if hi == _c.MAXREPEAT else hi))
-        elif op is _c.AT:
+            parts.append(
+                (
+                    "rep",
+                    sre_to_ast(sub, flags, where, pattern),
+                    lo,
+                    None if hi == sre_constants.MAXREPEAT else hi,
+                )
+            )
+        elif op is sre_constants.AT:
             raise GrammarError(f"{where}: anchors are not supported in terminals ({pattern!r})")
-        elif op in (_c.ASSERT, _c.ASSERT_NOT):
+        elif op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
             kind = "look-behind" if av[0] != 1 else "look-ahead"
             raise GrammarError(
                 f"{where}: {kind} is only supported at the start of a terminal ({pattern!r}); "
@@ -246,13 +253,13 @@ def _conv_in(items, icase: bool, ascii_only: bool, where: str, pattern: str) -> 
     negated = False
     acc: list[tuple[int, int]] = []
     for op, av in items:
-        if op is _c.NEGATE:
+        if op is sre_constants.NEGATE:
             negated = True
-        elif op is _c.LITERAL:
+        elif op is sre_constants.LITERAL:
             acc.append((av, av))
-        elif op is _c.RANGE:
+        elif op is sre_constants.RANGE:
             acc.append(av)
-        elif op is _c.CATEGORY:
+        elif op is sre_constants.CATEGORY:
             acc.extend(_category(av, ascii_only))
         else:
             raise GrammarError(f"{where}: unsupported class item {op} in {pattern!r}")

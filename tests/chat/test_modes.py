@@ -133,18 +133,19 @@ def test_backend_without_constraints_refuses_json_mode():
 
 def test_the_mask_cache_is_saved_and_reused_across_runs(smol_tokenizer, tmp_path):
     from radixchat.chat.local import GrammarService
+    from radixchat.grammar import RunCache
 
     first = GrammarService(smol_tokenizer, 49152, frozenset({2}), cache_dir=tmp_path)
     matcher = first.matcher("json", SCHEMAS["person"])
     for tid in smol_tokenizer.encode('{"name": "Ada", "age": 36}', add_special_tokens=False):
         matcher.allowed()
         matcher.advance(tid)
-    learned = first.info.cached_states
+    learned = RunCache.of(first.info).cached_states
     first.save()
     (saved,) = (tmp_path / "grammar").glob("masks-*.npz")
     second = GrammarService(smol_tokenizer, 49152, frozenset({2}), cache_dir=tmp_path)
-    assert second.info.cached_states == learned > 0
+    assert RunCache.of(second.info).cached_states == learned > 0
     saved.write_bytes(b"garbage")  # a damaged cache is ignored, not fatal
     third = GrammarService(smol_tokenizer, 49152, frozenset({2}), cache_dir=tmp_path)
-    assert third.info.cached_states == 0
+    assert RunCache.of(third.info).cached_states == 0
     assert third.matcher("json", None).allowed().any()

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from grammar_helpers import first_rejection
 
-from radixchat.grammar import compile_grammar, compile_json_schema
+from radixchat.grammar import RunCache, compile_grammar, compile_json_schema
 from radixchat.grammar.counted import CountedDFA, compile_terminal
 from radixchat.grammar.dfa import compile_regex
-from radixchat.grammar.lexer import SPACE
+from radixchat.grammar.lexer_space import SPACE
 from radixchat.grammar.regex import rep, to_regex
 from radixchat.grammar.schema import json_terminals as jt
 from radixchat.grammar.schema.lark_text import lark_regex
@@ -198,9 +198,9 @@ def test_counted_states_survive_the_disk_cache(smol_info, tmp_path):
     pattern, key = SPACE.describe(lex)[0]
     assert SPACE.state_of(pattern, json.loads(json.dumps(key))) == comp  # names survive JSON
     path = tmp_path / "cache.npz"
-    assert smol_info.save_cache(path) > 0
+    assert RunCache.of(smol_info).save_cache(path) > 0
     fresh = TokenizerInfo(smol_info.token_bytes, vocab_size=smol_info.vocab_size, eos_ids=smol_info.eos_ids)
-    assert fresh.load_cache(path) > 0
+    assert RunCache.of(fresh).load_cache(path) > 0
     g2 = compile_json_schema({"type": "object", "properties": {"s": {"maxLength": 700}}}, fresh, cache=False)
     m2 = g2.matcher()
     m2.advance_bytes(b'{"s":"ab')
@@ -215,10 +215,10 @@ def test_compiling_builds_the_loop_profiles_so_masks_build_none(smol_info, smol_
     counted = [d for d in g.dfa_term if isinstance(SPACE.dfas[d], CountedDFA)]
     assert counted
     loops = {SPACE.dfas[d].loop.key for d in counted}
-    built = {key for key in smol_info._profiles if key[0] in loops}
+    built = {key for key in RunCache.of(smol_info)._profiles if key[0] in loops}
     assert built  # compiling built them
-    before = len(smol_info._profiles)
+    before = len(RunCache.of(smol_info)._profiles)
     ids = smol_tokenizer.encode('"qrstuqrstu"', add_special_tokens=False)
     assert first_rejection(g, ids) is None
     assert first_rejection(g, smol_tokenizer.encode('"qrv"', add_special_tokens=False)) is not None
-    assert len(smol_info._profiles) == before  # the masks built none
+    assert len(RunCache.of(smol_info)._profiles) == before  # the masks built none

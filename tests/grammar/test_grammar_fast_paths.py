@@ -10,10 +10,13 @@ import re
 import numpy as np
 import pytest
 
-from radixchat.grammar import TokenizerInfo, compile_grammar, compile_json_schema
+from radixchat.grammar import RunCache, TokenizerInfo, compile_grammar, compile_json_schema
 from radixchat.grammar.counted import CountedDFA, compile_terminal
-from radixchat.grammar.lalr import END, MAX_FORKS, accepts_end, push, push_all, shiftable
-from radixchat.grammar.lexer import DEAD, SPACE, run, trie_run
+from radixchat.grammar.lalr_stack import MAX_FORKS, accepts_end, push, push_all, shiftable
+from radixchat.grammar.lalr_tables import END
+from radixchat.grammar.lexer_space import DEAD, SPACE
+from radixchat.grammar.vocab_runs import run
+from radixchat.grammar.vocab_trie import trie_run
 
 
 def _walk_states(g, rng: random.Random, walks: int = 15, steps: int = 40):
@@ -32,7 +35,7 @@ def _walk_states(g, rng: random.Random, walks: int = 15, steps: int = 40):
 
 
 def _assert_trie_matches_run(info: TokenizerInfo, lexes) -> int:
-    trie = info.trie
+    trie = RunCache.of(info).trie
     n = 0
     for lex in lexes:
         want = run(lex, trie.ids, np.zeros_like(trie.ids), info.flat, info.starts, info.lens)
@@ -69,7 +72,7 @@ def test_the_trie_run_reuses_subtrees_that_agree_after_their_first_byte(smol_inf
         "additionalProperties": True,
     }
     g = compile_json_schema(schema, smol_info, cache=False)
-    trie = smol_info.trie
+    trie = RunCache.of(smol_info).trie
     added = []
     for prefix in (b'{"', b'{"n', b'{"ni', b'{"na', b'{"nam', b'{"x'):
         m = g.matcher()
@@ -84,13 +87,13 @@ def test_the_trie_run_reuses_subtrees_that_agree_after_their_first_byte(smol_inf
 def test_the_trie_run_is_right_when_its_memo_fills_and_evicts(smol_info, monkeypatch):
     """Past its bound the memo drops its least recently used subtrees, not everything (clearing it all
     freed ~80 runs' arrays inside one mask); the runs stay right and the memo within its bound."""
-    from radixchat.grammar.lexer import Trie
+    from radixchat.grammar.vocab_trie import Trie
 
     monkeypatch.setattr(Trie, "MEMO_TOKENS", 2000)  # evicts in each run
     # from an empty memo (restored after): the compile runs some states ahead, and from the memo the
     # other tests left, those runs could all be hits, which evict nothing
-    monkeypatch.setattr(smol_info.trie, "memo", {})
-    monkeypatch.setattr(smol_info.trie, "memo_size", 0)
+    monkeypatch.setattr(RunCache.of(smol_info).trie, "memo", {})
+    monkeypatch.setattr(RunCache.of(smol_info).trie, "memo_size", 0)
     schema = {"type": "object", "properties": {"ab": {"type": "string"}}, "additionalProperties": True}
     g = compile_json_schema(schema, smol_info, cache=False)
     lexes = set()
@@ -99,14 +102,14 @@ def test_the_trie_run_is_right_when_its_memo_fills_and_evicts(smol_info, monkeyp
         m.advance_bytes(prefix)
         lexes.update(lx for _, lx in m.configs)
     assert _assert_trie_matches_run(smol_info, sorted(lexes)) == len(lexes)
-    memo = smol_info.trie.memo
-    assert smol_info.trie.memo_size == sum(r[0].shape[0] for r in memo.values()) <= 2000
+    memo = RunCache.of(smol_info).trie.memo
+    assert RunCache.of(smol_info).trie.memo_size == sum(r[0].shape[0] for r in memo.values()) <= 2000
     assert len(memo) > 1  # evicted a few at a time, not emptied
     # a subtree used again moves to the back: the next evictions take others first
-    from radixchat.grammar.lexer import _touch
+    from radixchat.grammar.vocab_trie import _touch
 
     key = next(iter(memo))
-    _touch(smol_info.trie, [key])
+    _touch(RunCache.of(smol_info).trie, [key])
     assert list(memo)[-1] == key
 
 
@@ -305,7 +308,7 @@ def test_rows_groups_of_big_groups_and_equal_rows_are_the_plain_run(smol_info):
             lex = SPACE.start_state([SPACE.dfa_id(t) for t in names])
             want_inside, want_subs = _rows_groups_reference(info, lex, ids, offs)
             for key in [("test-rows", k), ("test-rows-again", k)]:  # the second: the first's run, shared
-                inside, subs = info.rows_groups(key, lex, ids, offs)
+                inside, subs = RunCache.of(info).rows_groups(key, lex, ids, offs)
                 assert set(inside.tolist()) == want_inside, (k, names)
                 got = {p: dict(zip(i.tolist(), o.tolist())) for p, i, o, _ in subs}
                 assert got == want_subs, (k, names)
@@ -328,21 +331,23 @@ def test_rows_groups_of_big_groups_and_equal_rows_are_the_plain_run(smol_info):
 def test_rows_are_named_by_their_content_even_when_their_crcs_collide(smol_info, monkeypatch):
     """Crossing rows are named by a CRC of their content, and checked against the rows kept under it:
     equal rows share one name, different rows never do, even where every CRC is the same."""
-    from radixchat.grammar import tokenizer as tk
+    from radixchat.grammar import run_cache
 
-    info = smol_info
+    digest = RunCache.of(smol_info)._rows_digest
     a = np.arange(300, 700, dtype=np.int64)
     b = a[::-1].copy()
     ones = np.ones(a.size, dtype=np.int32)
-    names = {info._rows_digest(a, ones), info._rows_digest(b, ones), info._rows_digest(a, ones + 1)}
+    names = {digest(a, ones), digest(b, ones), digest(a, ones + 1)}
     assert len(names) == 3
-    assert info._rows_digest(a[:10], ones[:10]) != info._rows_digest(b[:10], ones[:10])  # small rows
-    assert info._rows_digest(a.astype(np.int32), ones.astype(np.int64)) == info._rows_digest(a, ones)
-    monkeypatch.setattr(tk.zlib, "crc32", lambda data: 7)  # every CRC the same: only the comparison tells
+    assert digest(a[:10], ones[:10]) != digest(b[:10], ones[:10])  # small rows
+    assert digest(a.astype(np.int32), ones.astype(np.int64)) == digest(a, ones)
+    monkeypatch.setattr(
+        run_cache.zlib, "crc32", lambda data: 7
+    )  # every CRC the same: only the comparison tells
     c, d = np.arange(10, 410, dtype=np.int64), np.arange(20, 420, dtype=np.int64)
-    first, second = info._rows_digest(c, ones), info._rows_digest(d, ones)
+    first, second = digest(c, ones), digest(d, ones)
     assert first != second
-    assert info._rows_digest(c.copy(), ones.copy()) == first and info._rows_digest(d.copy(), ones) == second
+    assert digest(c.copy(), ones.copy()) == first and digest(d.copy(), ones) == second
 
 
 def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
@@ -384,7 +389,11 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
     del warm_up
     gc.collect()
     gc.collect()  # a tuple of untracked items is untracked by the pass that sees it: twice for nesting
-    states, runs, tracked = len(SPACE.comps), smol_info.cached_lexer_states, len(gc.get_objects())
+    states, runs, tracked = (
+        len(SPACE.comps),
+        RunCache.of(smol_info).cached_lexer_states,
+        len(gc.get_objects()),
+    )
     g = compile_json_schema(schema, smol_info, cache=False)  # the grammar itself goes away after
     _walk_states(g, rng, walks=40, steps=25)
     head = f'{{"k":"{words[0]}","s":"abx1",'
@@ -406,13 +415,13 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
         "SPACE._live_bytes": SPACE._live_bytes,
         "SPACE._comp_live": SPACE._comp_live,
         "SPACE._acc_shared": SPACE._acc_shared,
-        "info._runs": smol_info._runs,
-        "info._groups": smol_info._groups,
-        "info.masks": smol_info.masks,
+        "runs._runs": RunCache.of(smol_info)._runs,
+        "runs._groups": RunCache.of(smol_info)._groups,
+        "runs.masks": RunCache.of(smol_info).masks,
     }
     new = {  # the key positions' derivation and the twins (fewer entries from these few walks)
-        "info._parts": smol_info._parts,
-        "trie.memo": smol_info.trie.memo,
+        "runs._parts": RunCache.of(smol_info)._parts,
+        "trie.memo": RunCache.of(smol_info).trie.memo,
         "SPACE._base_state": SPACE._base_state,
         "SPACE._base_bytes": SPACE._base_bytes,
         "SPACE._generic": SPACE._generic,
@@ -420,9 +429,9 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
         "SPACE._canon_of": SPACE._canon_of,
         "SPACE._twin_root": SPACE._twin_root,
         "SPACE._twin_maps": SPACE._twin_maps,
-        "info._row_digests": smol_info._row_digests,  # crossing rows named by their content
-        "info._row_content": smol_info._row_content,
-        "info._row_orders": smol_info._row_orders,  # big groups' rows by next byte
+        "runs._row_digests": RunCache.of(smol_info)._row_digests,  # crossing rows named by their content
+        "runs._row_content": RunCache.of(smol_info)._row_content,
+        "runs._row_orders": RunCache.of(smol_info)._row_orders,  # big groups' rows by next byte
     }
     assert [name for name, c in {**caches, **new}.items() if gc.is_tracked(c)] == []
     assert all(len(c) > 10 for c in caches.values()), {name: len(c) for name, c in caches.items()}
@@ -431,7 +440,7 @@ def test_the_caches_keep_no_tracked_object_per_lexer_state(smol_info):
     gc.collect()
     gc.collect()
     new_states = len(SPACE.comps) - states
-    new_runs = smol_info.cached_lexer_states - runs
+    new_runs = RunCache.of(smol_info).cached_lexer_states - runs
     assert new_states > 300 and new_runs > 100  # the walks reached many new lexer states
     # before: three int arrays per lexer state and a LexRun with a list per run (> 3 per state)
     assert len(gc.get_objects()) - tracked < new_states / 10
@@ -480,7 +489,7 @@ def test_the_lexer_space_keeps_dfas_as_arrays_not_objects():
     import gc
 
     from radixchat.grammar.dfa import ByteDFA, compile_regex
-    from radixchat.grammar.lexer import DFAStore
+    from radixchat.grammar.dfa_store import DFAStore
 
     store = DFAStore()
     patterns = [f'"qq{i}word"' for i in range(150)] + ['"[a-q]{0,29}"']
@@ -547,7 +556,8 @@ def test_a_closed_objects_first_key_state_is_walked(smol_info):
     """A closed object with many names starts its key in a state that many bytes continue, but each name
     only one: it is walked (``walkable``), not run vectorised, and the walk gives the vectorised run.
     A string's interior (one terminal, every byte) is not walked."""
-    from radixchat.grammar.lexer import WIDE, lex_run, walk_run
+    from radixchat.grammar.lexer_space import WIDE
+    from radixchat.grammar.vocab_runs import lex_run, walk_run
 
     names = [f"{c}{w}" for c in "abcdefghijklmnopqrstuvwxyz" for w in ("ox", "oxen", "ird")]
     names += ["__", ".", "?"]  # tokens that close a name and go on (``__":``, ``.",``) cross it
@@ -560,7 +570,7 @@ def test_a_closed_objects_first_key_state_is_walked(smol_info):
     assert not SPACE.walkable(SPACE.step(SPACE.start_state([SPACE.dfa_id(r'"[^"\\]*"')]), ord('"')))
     info = smol_info
     a = lex_run(lex, info.text_ids, info.flat, info.starts, info.lens)
-    b = walk_run(lex, info._sorted, info._sorted_ids, info.flat, info.starts, info.lens)
+    b = walk_run(lex, info.sorted_bytes, info.sorted_ids, info.flat, info.starts, info.lens)
     assert dict(zip(a.inside_ids.tolist(), a.inside_final.tolist())) == dict(
         zip(b.inside_ids.tolist(), b.inside_final.tolist())
     )
@@ -577,11 +587,11 @@ def test_a_key_familys_subtrees_are_derived_from_its_extra_key(smol_info, monkey
     subtree of a name's first letter is run from the extra key alone, then walked where a name is still
     alive (``_derive``). It must give the product's own run: tokens that end inside a name, that close
     it and go on (``__":``, ``.",``), and that leave it."""
-    import radixchat.grammar.lexer as lexer
+    import radixchat.grammar.vocab_trie as vocab_trie
 
     calls = []
-    real = lexer._derive
-    monkeypatch.setattr(lexer, "_derive", lambda *a: calls.append(a[1]) or real(*a))
+    real = vocab_trie._derive
+    monkeypatch.setattr(vocab_trie, "_derive", lambda *a: calls.append(a[1]) or real(*a))
     names = ["name", "nick", "nickname", "note", "type", "t", "__", ".", "zz\u00e9"]
     g = _integer_object(names, True, smol_info)
     lexes = set()
@@ -598,11 +608,10 @@ def test_a_key_positions_masks_derived_from_its_generic_state_are_exact(
 ):
     """Inside an open object's key, a state is the extra key's generic state (past every name) but for a
     few next letters: its mask is the generic state's with those letters' tokens run again
-    (``LexerSpace.base``, ``TokenizerInfo.lexrun_part``), and a subtree's runs are derived from the
+    (``LexerSpace.base``, ``RunCache.lexrun_part``), and a subtree's runs are derived from the
     generic state's (``_derive``). Every mask along instances, byte by byte and token by token, must
     equal the mask of the same grammar compiled with neither (a tokenizer of its own, whose runs step
     every token vectorised)."""
-    import radixchat.grammar.lexer as lexer
     from radixchat.grammar import TokenizerInfo
 
     schema = {
@@ -646,13 +655,11 @@ def test_a_key_positions_masks_derived_from_its_generic_state_are_exact(
         mp.setattr(SPACE, "base", lambda lex: None)
         mp.setattr(SPACE, "derive_base", lambda lex: -1)
         mp.setattr(
-            lexer,
-            "trie_run",
+            "radixchat.grammar.run_cache.trie_run",
             lambda lex, trie, sel=None: run(
                 lex, trie.ids, np.zeros_like(trie.ids), plain.flat, plain.starts, plain.lens
             ),
         )
-        mp.setattr("radixchat.grammar.tokenizer.trie_run", lexer.trie_run)
         want = masks_along(compile_json_schema(schema, plain, **kw))
     calls = []
     real = SPACE.base
@@ -669,7 +676,7 @@ def test_extra_keys_past_their_names_run_as_twins(smol_info, monkeypatch):
     both are a JSON string's interior: the same future, so one's runs are the other's with its states
     renamed (``LexerSpace.canon``, ``twin_map``). The renamed runs must be the state's own run; a value
     string's interior (other escapes) is not their twin."""
-    from radixchat.grammar.lexer import lex_run
+    from radixchat.grammar.vocab_runs import lex_run
 
     info = smol_info
     states = []
@@ -692,8 +699,8 @@ def test_extra_keys_past_their_names_run_as_twins(smol_info, monkeypatch):
     monkeypatch.setattr(SPACE, "twin_map", lambda lex: renamed.append(lex) or real(lex))
     assert _assert_trie_matches_run(info, [a, b]) == 2
     for lex in (a, b):
-        want = lex_run(lex, info.trie.ids, info.flat, info.starts, info.lens)
-        got = info.lexrun(lex)
+        want = lex_run(lex, RunCache.of(info).trie.ids, info.flat, info.starts, info.lens)
+        got = RunCache.of(info).lexrun(lex)
         order = np.argsort(got.inside_ids, kind="stable")
         np.testing.assert_array_equal(np.sort(want.inside_ids), got.inside_ids[order])
         np.testing.assert_array_equal(
@@ -756,12 +763,12 @@ def test_the_compile_runs_each_open_objects_key_states(smol_info, smol_tokenizer
     )
     m = g.matcher()
     m.advance_bytes(b'{"')
-    assert m.lex in smol_info._parts  # run by the compile, before any mask asked for it
+    assert m.lex in RunCache.of(smol_info)._parts  # run by the compile, before any mask asked for it
     cases = [('quixotic":', True), ('zanzibar":', True), ('other":', True), ('":', True), ("\n", False)]
     _first_tokens_allowed(smol_tokenizer, m.allowed().numpy(), cases)
     for piece in ["qu", "ix"]:  # past "qu, then past "quix
         m.advance(smol_tokenizer.convert_tokens_to_ids(piece))
-        assert m.lex in smol_info._parts
+        assert m.lex in RunCache.of(smol_info)._parts
     cases = [("otic", True), ("ot", True), ("x", True), ('":', True), ("\n", False)]
     assert all(len(smol_tokenizer.encode(text, add_special_tokens=False)) == 1 for text, _ in cases)
     _first_tokens_allowed(smol_tokenizer, m.allowed().numpy(), cases)
@@ -779,7 +786,7 @@ def test_the_compile_runs_the_state_inside_a_string_with_a_new_pattern(smol_info
     m = g.matcher()
     m.advance_bytes(b'{"s":"')
     assert len(SPACE.comps[m.lex]) == 1 and not SPACE.is_start[m.lex]
-    assert m.lex in smol_info._runs  # run by the compile
+    assert m.lex in RunCache.of(smol_info)._runs  # run by the compile
     cases = [("b", True), ("bed", True), ("bad", False), ("x", False), ('"', False)]
     assert all(len(smol_tokenizer.encode(text, add_special_tokens=False)) == 1 for text, _ in cases)
     _first_tokens_allowed(smol_tokenizer, m.allowed().numpy(), cases)
@@ -801,7 +808,7 @@ def test_the_compile_runs_the_key_state_of_a_union_of_open_objects(smol_info, sm
     m = g.matcher()
     m.advance_bytes(b'{"')
     assert len({d for d, _ in SPACE.comps[m.lex]}) >= 4  # two names, two extra keys
-    assert m.lex in smol_info._runs  # run by the compile
+    assert m.lex in RunCache.of(smol_info)._runs  # run by the compile
     cases = [("xy", True), ("y", True), ("other", True), ("\n", False)]
     assert all(len(smol_tokenizer.encode(text, add_special_tokens=False)) == 1 for text, _ in cases)
     _first_tokens_allowed(smol_tokenizer, m.allowed().numpy(), cases)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from radixchat.grammar import GrammarError, compile_grammar, lint_grammar
-from radixchat.grammar.lalr import build_tables
+from radixchat.grammar.lalr_tables import build_tables
 
 GRAMMARS = sorted((Path(__file__).resolve().parents[2] / "grammars").glob("*.lark"))
 MAX_STATES = 500

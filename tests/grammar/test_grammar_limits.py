@@ -8,9 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from radixchat.grammar import GrammarError, compile_grammar, compile_json_schema, compiler
-from radixchat.grammar.lexer import DEAD, SPACE, lex_run, walk_run
+from radixchat.grammar import GrammarError, RunCache, compile_grammar, compile_json_schema, compiler
+from radixchat.grammar.lexer_space import DEAD, SPACE
 from radixchat.grammar.schema import lark_text
+from radixchat.grammar.vocab_runs import lex_run, walk_run
 
 
 def test_a_compile_past_its_deadline_is_refused_with_one_line(smol_info):
@@ -65,7 +66,7 @@ def test_the_prefix_walk_gives_the_vectorised_run(smol_info, smol_tokenizer):
     checked = 0
     for lex in states - {DEAD}:
         a = lex_run(lex, info.text_ids, info.flat, info.starts, info.lens)
-        b = walk_run(lex, info._sorted, info._sorted_ids, info.flat, info.starts, info.lens)
+        b = walk_run(lex, info.sorted_bytes, info.sorted_ids, info.flat, info.starts, info.lens)
         assert dict(zip(a.inside_ids.tolist(), a.inside_final.tolist())) == dict(
             zip(b.inside_ids.tolist(), b.inside_final.tolist())
         )
@@ -86,7 +87,7 @@ def test_running_states_ahead_never_fails_a_compile_past_its_deadline(smol_info,
     g = compile_json_schema(schema, smol_info, cache=False)
     m = g.matcher()
     m.advance_bytes(b'{"s":"')
-    assert m.lex not in smol_info._runs  # not run ahead
+    assert m.lex not in RunCache.of(smol_info)._runs  # not run ahead
     mask = m.allowed().numpy()
     assert (
         mask[smol_tokenizer.convert_tokens_to_ids("g")]

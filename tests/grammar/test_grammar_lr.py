@@ -1,6 +1,6 @@
 """The fast compile paths give what the reference paths give.
 
-- ``lr.lalr`` (LALR(1) on ints) builds the same tables as Lark's analyser, up to state numbering;
+- ``lalr_automaton.build_automaton`` (LALR(1) on ints) builds the same tables as Lark's analyser, up to state numbering;
 - ``LarkWriter.compiled`` gives what Lark's grammar loader gives for the generated text;
 - finite languages get the DFA the subset construction gives (the same DFA up to 400 states, the
   same language beyond); numpy products and distances equal plain Python references.
@@ -16,7 +16,7 @@ from lark.load_grammar import load_grammar
 
 from radixchat.grammar import GrammarError
 from radixchat.grammar import dfa as dfa_mod
-from radixchat.grammar.lalr import Tables, build_tables
+from radixchat.grammar.lalr_tables import Tables, build_tables
 from radixchat.grammar.regex import parse
 from radixchat.grammar.schema.json_schema import SchemaCompiler
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from grammar_helpers import brute_mask, first_rejection, walk
 
-from radixchat.grammar import GrammarError, TokenizerInfo, compile_grammar, compile_json_schema
+from radixchat.grammar import GrammarError, RunCache, TokenizerInfo, compile_grammar, compile_json_schema
 
 PERSON = {
     "type": "object",
@@ -213,14 +213,14 @@ def test_saved_mask_cache_gives_the_same_masks(smol_info, smol_tokenizer, tmp_pa
         m.advance(tid)
     before = m.allowed().clone()
     path = tmp_path / "masks.npz"
-    assert smol_info.save_cache(path) > 0
+    assert RunCache.of(smol_info).save_cache(path) > 0
     fresh = TokenizerInfo(
         smol_info.token_bytes,
         vocab_size=smol_info.vocab_size,
         eos_ids=smol_info.eos_ids,
         special=smol_info.special_text,
     )
-    assert fresh.load_cache(path) > 0
+    assert RunCache.of(fresh).load_cache(path) > 0
     g2 = compile_grammar("json", fresh)
     m2 = g2.matcher()
     for tid in smol_tokenizer.encode('{"key": "val'):

@@ -1,16 +1,15 @@
 """Small code-point automata that we turn back into regex text (state elimination).
 
 Some languages are easiest to build as automata and must still be written into a Lark grammar as
-Python regexes: numbers within bounds (a digit-by-digit comparison automaton) and "text that does not
-contain a given word" (a KMP automaton). ``to_ast`` converts such an automaton, given as labelled
-edges over code-point ranges, into a regex AST (``regex.py``).
+Python regexes: numbers within bounds (a digit-by-digit comparison automaton). ``to_ast`` converts
+such an automaton, given as labelled edges over code-point ranges, into a regex AST (``regex.py``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from ..regex import EMPTY, Node, Ranges, alt, cat, negate, norm, rep
+from ..regex import EMPTY, Node, alt, cat, norm, rep
 
 _NONE = None  # "no path" in the elimination table
 
@@ -93,46 +92,3 @@ def _eliminate(d: CodepointDFA) -> Node:
     if result is None:
         raise ValueError("automaton accepts nothing")
     return result
-
-
-def without_word(word: str, first_excluded: Ranges = ()) -> CodepointDFA:
-    """Non-empty texts that do not contain ``word`` and whose first character is not in
-    ``first_excluded`` (KMP automaton; texts may be any characters otherwise)."""
-    n = len(word)
-    fail = [0] * (n + 1)
-    k = 0
-    for i in range(1, n):
-        while k and word[i] != word[k]:
-            k = fail[k]
-        if word[i] == word[k]:
-            k += 1
-        fail[i + 1] = k
-
-    def delta(state: int, ch: str) -> int:
-        while state and word[state] != ch:
-            state = fail[state]
-        return state + 1 if word[state] == ch else 0
-
-    d = CodepointDFA()
-    init = d.state()
-    states = [d.state() for _ in range(n)]  # states[k]: k characters of word matched (k < n)
-    letters = sorted(set(word))
-    for k in range(n):
-        seen: list[tuple[int, int]] = []
-        for ch in letters:
-            t = delta(k, ch)
-            seen.append((ord(ch), ord(ch)))
-            if t < n:
-                d.add(states[k], states[t], [(ord(ch), ord(ch))])
-        d.add(states[k], states[0], negate(norm(seen)))
-    # The first character: like state 0, minus first_excluded.
-    for ch in letters:
-        t = delta(0, ch)
-        r = norm([(ord(ch), ord(ch))])
-        r = tuple((a, b) for a, b in r if not any(lo <= a <= hi for lo, hi in first_excluded))
-        if t < n and r:
-            d.add(init, states[t], r)
-    other = negate(norm([(ord(c), ord(c)) for c in letters] + list(first_excluded)))
-    d.add(init, states[0], other)
-    d.accept = set(states)
-    return d

@@ -201,7 +201,7 @@ def string_terminal(
 
 def pattern_ast(pattern: str, where: str) -> Node:
     """Decoded-level AST for a JSON Schema pattern; implicit ``.*`` where it is not anchored."""
-    _c, _p = rx._c, rx._p
+    _c, _p = rx.sre_constants, rx.sre_parse
     try:
         tree = _p.parse(pattern, re.ASCII)
     except re.error as e:
@@ -219,7 +219,7 @@ def pattern_ast(pattern: str, where: str) -> Node:
         tail = bool(items) and items[-1] in ends
         if tail:
             items = items[:-1]
-        body = rx._conv(items, flags, where, pattern)
+        body = rx.sre_to_ast(items, flags, where, pattern)
         return cat(*(() if head else (any_text,)), body, *(() if tail else (any_text,)))
 
     items = list(tree)

@@ -13,11 +13,11 @@ import re
 from lark.exceptions import LarkError
 from lark.grammar import NonTerminal, Rule
 from lark.grammar import Terminal as LarkTerminal
-from lark.lexer import PatternStr, TerminalDef, Token
-from lark.load_grammar import _TERMINAL_NAMES, _literal_to_pattern
+from lark.lexer import PatternStr, TerminalDef
 from lark.utils import is_id_continue, is_id_start
 
 from ..errors import GrammarError
+from ..lark_internals import anonymous_terminal_name, literal_pattern
 from . import json_terminals as jt
 
 MAX_RULES = 200_000  # generated rules of one schema (memory bound; a big real schema has a few thousand)
@@ -154,9 +154,7 @@ class LarkWriter:
         ]
         if ignore_ws:
             defs.append(("WS", lark_regex(jt.WS_RE), 0))
-        terminals = [
-            TerminalDef(name, _literal_to_pattern(Token("REGEXP", lit)), prio) for name, lit, prio in defs
-        ]
+        terminals = [TerminalDef(name, literal_pattern("REGEXP", lit), prio) for name, lit, prio in defs]
         term_set = {t.name for t in terminals}
         if len(term_set) != len(terminals):
             return None
@@ -177,8 +175,8 @@ class LarkWriter:
                     if sym.startswith('"'):
                         tname = anon.get(sym)
                         if tname is None:
-                            p = _literal_to_pattern(Token("STRING", sym))
-                            tname = _TERMINAL_NAMES.get(p.value)
+                            p = literal_pattern("STRING", sym)
+                            tname = anonymous_terminal_name(p.value)
                             if (
                                 tname is None
                                 and p.value

@@ -58,7 +58,7 @@ def _text_terminal(lead: bool = False) -> str:
         diverging.append(rx.cat(rx.lit(rest[:i]), diverge, rx.rep(no_lt, 0, None)))
         prefixes.append(rx.lit(rest[:i]))
     y = rx.alt(*diverging, *prefixes)
-    first = ("set", rx.negate(rx.norm(list(rx._unicode_category("space")) + list(lt))))
+    first = ("set", rx.negate(rx.norm(list(rx.unicode_category("space")) + list(lt))))
     head = rx.alt(rx.cat(first, rx.rep(no_lt, 0, None)), rx.cat(rx.lit("<"), y))
     text = rx.cat(head, rx.rep(rx.cat(rx.lit("<"), y), 0, None))
     return rx.to_regex(rx.cat(text, rx.lit(TOOL_OPEN)) if lead else text)
@@ -203,7 +203,7 @@ class ToolCallMatcher(GrammarMatcher):
             return mask
         only_eos = np.zeros(self.grammar.info.vocab_size, dtype=bool)
         only_eos[list(self._eos)] = True
-        tensor, _ = self.grammar.info.intern_mask(only_eos)
+        tensor, _ = self.grammar.runs.intern_mask(only_eos)
         self.budget_limited = tensor is not mask
         return tensor
 

@@ -1,34 +1,32 @@
-"""The byte-level lexer shared by every grammar: lexer states and their vectorised token runs.
+"""The process-wide lexer state space: every terminal DFA and every lexer state, and how states step.
 
 A *lexer state* is the set of terminals still alive in the current lexeme, each with its DFA state:
 a canonical tuple ``((dfa_id, state), ...)``. Lexer states are interned process-wide in one
-``LexerSpace`` and numbered (0 is the dead state), so a JSON string's interior is the same lexer state
-in every JSON grammar, and what depends only on it is computed once per tokenizer (``LexRun``).
+``LexerSpace`` (``SPACE``) and numbered (0 is the dead state), so a JSON string's interior is the same
+lexer state in every JSON grammar, and what depends only on it is computed once per tokenizer (the runs
+of the vocabulary through a state: ``vocab_runs``, cached in ``run_cache``).
 
 Stepping a lexer state by a byte steps each component DFA and keeps the live ones (a lazily built
-product automaton). Rows of the product are kept in fixed-size int arrays (scalar stepping in ``advance``;
+product automaton). Rows of the product are kept in fixed-size int arrays (scalar stepping in ``step``;
 a state stepped on a byte or two needs no row: its components' moves are memoised) and in one numpy
-table (vectorised runs of the whole vocabulary in ``run``).
+table (vectorised steps of many states at once in ``next_states``).
 
 What is kept per lexer state lives in a few flat arrays, not in an object per state: every container
 object is one more thing each full collection of Python's garbage collector visits (an ``array`` is
 tracked even though it holds no references), and a run over many schemas interns tens of thousands of
-states. With one array per row and two per ``live_bytes`` entry a full collection took ~60 ms after 400
-MaskBench schemas, and it landed inside some mask.
+states; with an object or two per state, full collections grew long enough to land inside masks.
 """
 
 from __future__ import annotations
 
 import threading
 from array import array
-from bisect import bisect_left
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from .counted import CountedDFA, compile_terminal
 from .dfa import ByteDFA
+from .dfa_store import DFAStore, untracked
 from .errors import GrammarError
 
 MAX_LEXER_STATES = 2_000_000
@@ -40,6 +38,7 @@ _MIX = np.random.default_rng(0).integers(1, 1 << 40, size=4096) | 1  # column ha
 FEW_STATES = 256  # a plain DFA of up to this many states has its ``_live_bits`` packed when it is made
 TWIN_STATES = 64  # ``LexerSpace.canon`` compares the futures of states that reach at most this many
 FEW_SHARED = 8  # ``row``: up to this many bytes that several components survive are interned one by one
+WIDE = 16  # a lexer state with more live bytes is run vectorised, not walked
 
 
 class LexerSpace:
@@ -60,8 +59,8 @@ class LexerSpace:
         self._ids: dict[bytes, int] = {b"": DEAD}
         # Rows, built lazily, in int arrays of ROW_CHUNK ints each: state s's row starts at int
         # _row_at[s] (< 0: not built yet) of their concatenation. A few objects for the collector,
-        # however many states; and no single array that grows: reallocating one of tens of MB (a
-        # copy) took 30-80 ms inside one mask.
+        # however many states; and no single array that grows: reallocating a big one is a copy of all
+        # of it, paid inside whichever mask made it grow.
         self._row_at = array("q", [0])
         self._row_data: list[array] = [array("i", [DEAD] * 256)]
         # per state: the DFAs it accepts for (equal tuples shared, so a full collection walking the list
@@ -173,8 +172,8 @@ class LexerSpace:
         # survives leads to its state alone, mapped a DFA at a time (``_single_ids``): in an open
         # object's key (the extra key, which takes any character, next to the declared names) that is
         # nearly every byte. Only the bytes several components survive intern a product state, one by
-        # one where they are few. (A column per byte for every component, compared by hash, cost
-        # ~100-400 us a row; a trie run from a key family's first state builds ~85 rows.)
+        # one where they are few. (A column per byte for every component, compared by hash, was costly
+        # per row, and a trie run from a key family's first state builds many rows.)
         bits = [self._live_bits(d, s) for d, s in comps]
         seen = multi = 0
         for m in bits:
@@ -240,8 +239,8 @@ class LexerSpace:
         """Plain DFA ``d``'s states alone as lexer states, ``[DEAD, state of 0, state of 1, ...]``.
 
         They are all interned at once, as consecutive states, the first time any is asked for (a few
-        array extensions, ~0.1 us a state): one by one they cost ~10 us each, and a walk of the vocabulary
-        through a big DFA (a pattern under length bounds: ~20k states, one per count) met ~900 new ones
+        array extensions): one by one each costs a Python-level intern, and a walk of the vocabulary
+        through a big DFA (a pattern under length bounds: a state per count) meets hundreds of new ones
         in one mask. Not in ``_ids``: ``intern`` comes here for them."""
         m = self._single.get(d)
         if m is not None:
@@ -290,7 +289,8 @@ class LexerSpace:
         """The bytes that continue the lexeme of ``lex``, in order (cached). Where the state's row is not
         built they are the union of its components' live bytes: a walk down the vocabulary passes a
         product state per key prefix, and building its row (a column per byte, and a new state interned
-        per distinct column) cost ~150-300 us where a few tokens continue through one or two bytes."""
+        per distinct column) costs far more than the walk where a few tokens continue through one or
+        two bytes."""
         got = self._live_bytes.get(lex)
         if got is not None:
             return got
@@ -302,7 +302,7 @@ class LexerSpace:
             bits = 0
             for d, s in zip(flat[::2], flat[1::2]):
                 bits |= self._live_bits(d, s)
-            got = _bytes_of(bits)
+            got = bytes_of(bits)
         self._live_bytes[lex] = got
         return got
 
@@ -352,7 +352,7 @@ class LexerSpace:
             if g >= 0 and (diff | others).bit_count() <= WIDE:
                 state = self._single_state(wide[0], g)
                 if not self._acc_np[state]:
-                    got = (state, _bytes_of(diff | others))
+                    got = (state, bytes_of(diff | others))
         self._base_bytes[lex] = got[1] if got else b""
         self._base_state[lex] = got[0] if got else -1
         return got
@@ -385,7 +385,7 @@ class LexerSpace:
 
         Every open object's extra key is its own DFA (any string but its names), but past the names they
         all go on alike (a JSON string's interior): runs are kept by twin, and a twin's run is renamed
-        (``twin_map``) instead of running the vocabulary again (~3-5 ms for each object's first key).
+        (``twin_map``) instead of running the vocabulary again for each object's first key.
         The first state seen with a future is its twin, and so are the states it reaches for the states
         that a later one reaches (in the same place of their breadth-first orders)."""
         got = self._canon_of.get(lex)
@@ -487,9 +487,9 @@ class LexerSpace:
     def walkable(self, lex: int) -> bool:
         """Whether ``lex`` is run by a walk of the vocabulary (``walk_run``), not vectorised: few bytes
         continue its lexeme, or many but each terminal takes few (a closed object's first key state:
-        a hundred names, ~20 first letters between them, one each). A vectorised run from there built
-        a row of the product for every name prefix a token reached (~270 rows, 20-35 ms); the walk
-        steps only the bytes tokens take."""
+        a hundred names, a few dozen first letters between them, one each). A vectorised run from there
+        builds a row of the product for every name prefix a token reaches; the walk steps only the
+        bytes tokens take."""
         if len(self.live_bytes(lex)) <= WIDE:
             return True
         flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
@@ -505,8 +505,8 @@ class LexerSpace:
         return m
 
     def _pack_live(self, d: int) -> None:
-        """``_live_bits`` of every state of plain DFA ``d`` (~30 us for a name's DFA: a closed object's
-        first key state has a hundred of them, and packing them there cost its mask ~8 ms)."""
+        """``_live_bits`` of every state of plain DFA ``d``, when the DFA is made: a closed object's first
+        key state has a DFA per name, and packing them all there would be paid by its mask."""
         trans = self.dfas.trans[d]
         packed = np.packbits(trans >= 0, axis=1, bitorder="little").tobytes()
         for t in range(trans.shape[0]):
@@ -536,8 +536,8 @@ class LexerSpace:
     def _move(self, lex: int, byte: int) -> int:
         """``step`` of a state whose row is not built, from its components' moves on ``byte`` alone: a
         scalar run (a few tokens after a lexeme ended, a token's bytes through a key it alone passes)
-        steps a state on one or two bytes, and a row of 256 costs ~50-150 us where several terminals
-        are alive (a lexeme's start)."""
+        steps a state on one or two bytes, and a row of 256 is costly where several terminals are
+        alive (a lexeme's start)."""
         flat = self._comp_data[self._comp_at[lex] : self._comp_at[lex + 1]]
         out = []
         trans = self.dfas.trans
@@ -608,57 +608,7 @@ class LexerSpace:
         return d, (dfa.state_of(key) if isinstance(dfa, CountedDFA) else int(key))
 
 
-class DFAStore:
-    """The terminal DFAs of the lexer space, by id. A plain DFA is kept as its arrays (transitions,
-    accepting states, distances, pattern) in numpy object arrays, which the garbage collector neither
-    tracks nor walks; ``store[d]`` rebuilds a ``ByteDFA`` over them. A ByteDFA object per DFA was the
-    largest thing left in each full collection (~4k objects, 24k references after 400 MaskBench schemas).
-    Counted DFAs (a few per grammar) are kept as objects. The hot paths read the columns directly."""
-
-    __slots__ = ("trans", "accept", "dist", "pattern", "plain", "_counted", "_n")
-
-    def __init__(self) -> None:
-        self._n = 0
-        # per DFA: its transitions (n_states x 256 ints; counted: rows by state), accepting states, distances
-        self.trans = np.empty(64, dtype=object)
-        self.accept = np.empty(64, dtype=object)
-        self.dist = np.empty(64, dtype=object)
-        self.pattern = np.empty(64, dtype=object)
-        self.plain = np.zeros(64, dtype=bool)  # a ByteDFA (else counted)
-        self._counted: dict[int, CountedDFA] = {}
-
-    def append(self, dfa: ByteDFA | CountedDFA) -> int:
-        d = self._n
-        if d == self.plain.shape[0]:
-            for name in ("trans", "accept", "dist", "pattern", "plain"):
-                old = getattr(self, name)
-                new = np.zeros(2 * d, dtype=bool) if name == "plain" else np.empty(2 * d, dtype=object)
-                new[:d] = old
-                setattr(self, name, new)
-        self.trans[d] = dfa.trans
-        self.accept[d] = dfa.accept
-        self.dist[d] = dfa.dist
-        self.pattern[d] = dfa.pattern
-        if isinstance(dfa, ByteDFA):
-            self.plain[d] = True
-        else:
-            self._counted[d] = dfa
-        self._n = d + 1
-        return d
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, d: int) -> ByteDFA | CountedDFA:
-        if d >= self._n or d < 0:
-            raise IndexError(d)
-        got = self._counted.get(d)
-        if got is not None:
-            return got
-        return ByteDFA.of(self.trans[d], self.accept[d], self.dist[d], self.pattern[d])
-
-
-def _bytes_of(bits: int) -> bytes:
+def bytes_of(bits: int) -> bytes:
     """The set bits of a 256-bit int, ascending, as bytes (cached: the same sets come back)."""
     got = _BYTES_OF.get(bits)
     if got is None:
@@ -684,20 +634,6 @@ def _bit_indexes(bits: int) -> np.ndarray:
     )
 
 
-def untracked(*values) -> np.ndarray:
-    """``values`` in a numpy object array: a container the garbage collector neither tracks nor walks.
-
-    For the values of long-lived caches: a dict whose keys and values are all untracked is itself
-    untracked, but one new tuple value (tuples start out tracked) makes it tracked again, and a full
-    collection then walks every entry (two caches of ~27k entries took ~100k of the ~230k visits of a
-    full collection after a MaskBench run). Only for values that cannot lead back to the box (no cycle
-    through it can exist, so the collector missing it frees nothing late)."""
-    box = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        box[i] = v
-    return box
-
-
 class _Comps:
     """``LexerSpace.comps``: a read-only sequence view of the states' components (a fresh tuple each
     time: they are stored flat)."""
@@ -721,532 +657,3 @@ def _state_key(dfa: ByteDFA | CountedDFA, s: int):
 
 
 SPACE = LexerSpace()
-
-
-@dataclass(slots=True)
-class LexRun:
-    """What one lexer state does to every text token of one tokenizer (context-independent).
-
-    - ``inside_ids``: tokens consumed entirely inside the current lexeme; ``inside_final[i]`` is the
-      lexer state after ``inside_ids[i]``;
-    - ``cont``: bool[256], bytes that continue the current lexeme. A token whose first byte is not in it
-      ends the lexeme before its first byte (possible only if the state is accepting);
-    - ``cross``: tokens that end the lexeme after their first byte: ``(pre_state, ids, offsets)``, where
-      the lexeme ends in accepting ``pre_state`` and the token's bytes from ``offset`` on remain;
-    - ``key``: names the rows of ``cross`` (``key, k`` fix the k-th group's pre state and rows, so caches
-      of what follows them can be shared); ``("x", lex)`` unless runs of several states share groups;
-    - ``finals``: ``inside_final``, or a function computing it when first asked (counted runs: only
-      budget steering and the disk cache read it). Such runs are cheap to derive and not persisted.
-    """
-
-    inside_ids: np.ndarray
-    finals: np.ndarray | Callable[[], np.ndarray]
-    cont: np.ndarray
-    cross: tuple[tuple[int, np.ndarray, np.ndarray], ...]
-    key: tuple = ()
-
-    def __post_init__(self) -> None:
-        # a tuple of tuples of ints and arrays: untracked by the collector (a list would be walked in
-        # every full collection, one per run kept)
-        self.cross = tuple(self.cross)
-
-    @property
-    def inside_final(self) -> np.ndarray:
-        f = self.finals
-        if callable(f):
-            f = self.finals = f()
-        return f
-
-    @property
-    def derived(self) -> bool:
-        return self.key[:1] == ("xc",)
-
-
-def run(
-    lex: int, ids: np.ndarray, offs: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run the bytes ``flat[starts[id] + off:]`` of each row from lexer state ``lex``, vectorised.
-
-    Returns ``(final, death, pre)``: ``final`` is the lexer state after the whole row (DEAD if the lexeme
-    died first); for rows that died, ``death`` is the offset of the byte that could not be consumed
-    and ``pre`` the lexer state before it (``death`` is -1 for rows that did not die).
-    """
-    n = ids.shape[0]
-    if n <= SCALAR_ROWS:
-        return _run_scalar(lex, ids, offs, flat, starts, lens)
-    final = np.zeros(n, dtype=np.int32)
-    death = np.full(n, -1, dtype=np.int32)
-    pre = np.zeros(n, dtype=np.int32)
-    rows = np.arange(n)
-    cur = np.full(n, lex, dtype=np.int32)
-    pos = offs.astype(np.int64)
-    base = starts[ids].astype(np.int64)
-    end = lens[ids].astype(np.int64)
-    done = pos >= end
-    if done.any():
-        final[rows[done]] = lex
-        keep = ~done
-        rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
-    while rows.size:
-        nxt = SPACE.next_states(cur, flat[base + pos])
-        dead = nxt == DEAD
-        if dead.any():
-            r = rows[dead]
-            death[r] = pos[dead]
-            pre[r] = cur[dead]
-            keep = ~dead
-            rows, nxt, pos, base, end = rows[keep], nxt[keep], pos[keep], base[keep], end[keep]
-        pos = pos + 1
-        cur = nxt
-        done = pos >= end
-        if done.any():
-            final[rows[done]] = cur[done]
-            keep = ~done
-            rows, cur, pos, base, end = rows[keep], cur[keep], pos[keep], base[keep], end[keep]
-    return final, death, pre
-
-
-SCALAR_ROWS = 48  # below this many rows, a Python loop beats numpy's per-call overhead
-
-
-def _run_scalar(
-    lex: int, ids: np.ndarray, offs: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray
-):
-    """``run`` for a few rows, one byte at a time in Python."""
-    got = [
-        _run_bytes(lex, flat[a : a + z].tobytes(), o)
-        for a, o, z in zip(starts[ids].tolist(), offs.tolist(), lens[ids].tolist())
-    ]
-    out = np.array(got, dtype=np.int32).reshape(-1, 3)
-    return out[:, 0].copy(), out[:, 1].copy(), out[:, 2].copy()
-
-
-def _run_bytes(lex: int, tok: bytes, d: int) -> tuple[int, int, int]:
-    """``run`` of one token's bytes from offset ``d`` on, from ``lex``: (final, death, pre)."""
-    step = SPACE.step
-    cur = lex
-    for o in range(d, len(tok)):
-        nxt = step(cur, tok[o])
-        if nxt == DEAD:
-            return DEAD, o, cur
-        cur = nxt
-    return cur, -1, 0
-
-
-class Trie:
-    """The vocabulary as a trie of its distinct prefixes, level by level (one level per byte), for
-    ``trie_run``: a run of the whole vocabulary steps each distinct prefix once (SmolLM2: 100k prefixes
-    for 332k token bytes) with one vectorised step per level.
-
-    Level ``d`` (0-based; prefixes of ``d + 1`` bytes) holds ``byte[d]`` (each prefix's last byte),
-    ``parent[d]`` (its prefix's index in level ``d - 1``); ``node`` is the global index of each token's
-    own prefix (levels concatenated; ``off[d]`` is where level ``d`` starts); ``ids`` the token ids in
-    the order of ``node``. The tokens that start with level-0 node ``i``'s byte are ``first[i]`` to
-    ``first[i + 1]`` (the vocabulary is sorted), and its subtree holds ``span[d][i]`` to
-    ``span[d][i + 1]`` of level ``d``; ``memo`` keeps runs of those subtrees (see ``trie_run``)."""
-
-    __slots__ = (
-        "byte",
-        "parent",
-        "off",
-        "node",
-        "ids",
-        "toks",
-        "first",
-        "span",
-        "memo",
-        "memo_size",
-        "lock",
-        "dead",
-    )
-
-    # tokens' runs kept in ``memo`` (12 bytes each); past it the least recently used subtrees go, a few at
-    # a time (clearing it all at once freed ~80 runs' arrays inside one mask: ~13 ms)
-    MEMO_TOKENS = 4_000_000
-
-    def __init__(self, toks: list[bytes], ids: np.ndarray) -> None:
-        n = len(toks)
-        lens = np.array([len(t) for t in toks], dtype=np.int64)
-        width = int(lens.max()) if n else 0
-        mat = np.full((n, width), -1, dtype=np.int16)  # -1 past a token's end: differs from any byte
-        buf = np.frombuffer(b"".join(toks), dtype=np.uint8)
-        rows = np.repeat(np.arange(n), lens)
-        cols = np.arange(buf.size) - np.repeat(np.cumsum(lens) - lens, lens)
-        mat[rows, cols] = buf
-        # toks is sorted: the tokens sharing a prefix are contiguous, so a prefix of d bytes starts a
-        # new node at token i iff i is long enough and shares fewer than d bytes with token i - 1.
-        lcp = np.zeros(n, dtype=np.int64)
-        if n > 1:
-            neq = mat[1:] != mat[:-1]
-            lcp[1:] = np.where(neq.any(axis=1), neq.argmax(axis=1), width)
-        self.byte: list[np.ndarray] = []
-        self.parent: list[np.ndarray] = []
-        self.off = [0]
-        node = np.zeros(n, dtype=np.int64)
-        prev = None
-        for d in range(width):
-            first = np.flatnonzero((lens > d) & (lcp <= d))
-            self.byte.append(mat[first, d].astype(np.uint8))
-            self.parent.append(
-                np.searchsorted(prev, first, side="right") - 1 if prev is not None else np.zeros(0, np.int64)
-            )
-            ends = np.flatnonzero(lens == d + 1)
-            node[ends] = self.off[-1] + np.searchsorted(first, ends, side="right") - 1
-            self.off.append(self.off[-1] + first.size)
-            prev = first
-        self.node = node
-        self.ids = ids
-        self.toks = toks  # the tokenizer's own sorted list (``_derive``'s walks bisect it)
-        roots = self.byte[0] if width else np.zeros(0, np.uint8)  # tokens are never empty
-        self.first = (
-            np.r_[np.searchsorted(mat[:, 0], roots.astype(np.int16)), n] if n else np.zeros(1, np.int64)
-        )
-        self.span = [np.arange(roots.size + 1)] if width else []
-        for d in range(1, width):  # a level's nodes are in token order: each subtree's are contiguous
-            self.span.append(np.searchsorted(self.parent[d], self.span[-1]))
-        # (state << 8 | first byte) -> untracked(final, death, pre): ints and boxes only (``untracked``)
-        self.memo: dict[int, np.ndarray] = {}
-        self.memo_size = 0
-        self.lock = threading.Lock()
-        self.dead = np.zeros(int(np.diff(self.first).max()) if n else 0, np.int32)  # DEAD (0), read-only
-
-
-def trie_run(
-    lex: int, trie: Trie, sel: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``run`` of every token of ``trie`` from the start of their bytes (in the order of ``trie.ids``),
-    one distinct prefix at a time; with ``sel`` (level-0 node indices, ascending), of the tokens of
-    those subtrees only (``trie.first[i]`` to ``trie.first[i + 1]`` for each, concatenated).
-
-    A token's run after its first byte depends only on the lexer state that byte leads to, so the runs
-    of each first byte's subtree are kept by (byte, state): the states inside an open object's key, say,
-    differ from the plain string state in the few bytes that continue a declared name, and reuse every
-    other subtree (stepping only the subtrees not seen before: a few hundred tokens, not all ~49k).
-    A subtree whose state differs from another's on a few bytes only (``LexerSpace.derive_base``) is
-    run from that one and derived (``_derive``)."""
-    if not trie.byte:
-        empty = np.zeros(0, dtype=np.int32)
-        return empty, empty, empty
-    if sel is None:
-        nodes = np.arange(trie.byte[0].size)
-        roots = trie.byte[0]
-        after = SPACE.next_states(np.full(roots.size, lex, dtype=np.int32), roots)
-    else:  # a few first bytes: stepped one by one (a product state's row costs ~100 us)
-        nodes = np.asarray(sel, dtype=np.int64)
-        roots = trie.byte[0][nodes]
-        after = np.array([SPACE.step(lex, b) for b in roots.tolist()], dtype=np.int32)
-    live = np.flatnonzero(after != DEAD).tolist()
-    derive = {}  # index in nodes -> the state its subtree is derived for (``_derive``)
-    twins: dict[int, list[int]] = {}  # state -> indexes in nodes whose runs are its twin's, renamed
-    start_at = after.copy()  # the states runs start from: a twin's, where the memo keeps it
-    plan: dict[int, tuple[int, int]] = {}  # state -> (its derivation base or -1, the twin run from)
-    for i in live:
-        a = int(after[i])
-        got = plan.get(a)
-        if got is None:
-            b = SPACE.derive_base(a)
-            got = plan[a] = (b, SPACE.canon(b if b >= 0 else a))
-        b, c = got
-        if b >= 0:
-            derive[i] = a
-            after[i] = a = b
-        if c != a:
-            twins.setdefault(a, []).append(i)
-        start_at[i] = c
-    keys = (start_at.astype(np.int64) << 8 | roots).tolist()
-    found = {keys[i]: trie.memo.get(keys[i]) for i in live}  # held here: the memo may evict them meanwhile
-    todo = [i for i in live if found[keys[i]] is None]
-    _touch(trie, [k for k, v in found.items() if v is not None])
-    sizes = np.diff(trie.first)[nodes]
-    starts = np.cumsum(sizes) - sizes  # where each subtree's tokens start in the output
-    if sel is None and 2 * len(todo) > len(live):  # mostly new: one run of the whole trie, kept by subtree
-        final, death, pre = _levels(trie, nodes, start_at)
-        _remember(
-            trie, [keys[i] for i in live], sizes[live].tolist(), starts[live].tolist(), (final, death, pre)
-        )
-    else:
-        if todo:
-            sub = np.array(todo, dtype=np.int64)
-            at = np.cumsum(sizes[sub]) - sizes[sub]
-            out = _levels(trie, nodes[sub], start_at[sub])
-            found.update(_remember(trie, [keys[i] for i in todo], sizes[sub].tolist(), at.tolist(), out))
-        dead = trie.dead
-        parts = [
-            found[key] if a != DEAD else (dead[:k],) * 3
-            for key, a, k in zip(keys, after.tolist(), sizes.tolist())
-        ]
-        if parts:
-            final, death, pre = (np.concatenate([p[j] for p in parts]) for j in range(3))
-        else:
-            final = death = pre = np.zeros(0, dtype=np.int32)
-    first_dies = np.repeat(after == DEAD, sizes)  # tokens whose first byte ends the lexeme (no subtree kept)
-    if derive or twins:
-        final, death, pre = final.copy(), death.copy(), pre.copy()  # they may be the memo's views
-    for a, idx in twins.items():  # a twin's states renamed
-        first, table = SPACE.twin_map(a)
-        sub = np.array(idx, dtype=np.int64)
-        pos = concat_ranges(starts[sub], starts[sub] + sizes[sub])
-        for arr in (final, pre):
-            x = arr[pos]
-            arr[pos] = table[np.where(x == DEAD, 0, x - first + 1)]
-    if derive:
-        for i, a in derive.items():
-            lo = int(trie.first[nodes[i]])
-            _derive(trie, a, int(after[i]), lo, lo + int(sizes[i]), final, death, pre, lo - int(starts[i]))
-    death[first_dies], pre[first_dies] = 0, lex
-    return final, death, pre
-
-
-def _derive(
-    trie: Trie,
-    lex: int,
-    base: int,
-    lo: int,
-    hi: int,
-    final: np.ndarray,
-    death: np.ndarray,
-    pre: np.ndarray,
-    shift: int = 0,
-) -> None:
-    """Turn the runs of tokens ``lo:hi`` (one first byte's subtree; at ``lo - shift`` in the arrays)
-    after their first byte from lexer state ``base`` into their runs from ``lex``, in place.
-
-    The two states step alike on all bytes but a few (``LexerSpace.diff_bits``: a key family's names'
-    next letters), and so do the states they lead to on every other byte: a token's run differs only
-    where it ends or dies while the states differ. A walk down the sorted vocabulary follows just the
-    bytes they differ on, and writes the tokens it meets; every other token keeps the run it has.
-    (The subtree of a name's first letter in a key family stepped product states, a row each: ~60 rows
-    of ~100 us.)"""
-    toks = trie.toks
-    todo = [(lex, base, 1, lo, hi)]
-    while todo:
-        s, sb, d, lo, hi = todo.pop()
-        if s == sb:
-            continue
-        p = toks[lo][:d]
-        a, z = lo - shift, hi - shift
-        if len(toks[lo]) == d:  # the token that is exactly this prefix (sorted first)
-            final[a], death[a], pre[a] = s, -1, 0
-            lo, a = lo + 1, a + 1
-            if lo >= hi:
-                continue
-        bits = SPACE.diff_bits(s, sb)
-        if bits.bit_count() > WIDE:  # not narrow: these tokens one byte at a time
-            for k in range(lo, hi):
-                final[k - shift], death[k - shift], pre[k - shift] = _run_bytes(s, toks[k], d)
-            continue
-        if sb == DEAD:  # the base died before: they die here, but on the bytes walked below
-            final[a:z], death[a:z], pre[a:z] = DEAD, d, s
-        else:  # those that die here from the base on a byte the states step alike on die after ``s``
-            for k in (a + np.flatnonzero(death[a:z] == d)).tolist():
-                if not bits >> toks[k + shift][d] & 1:
-                    pre[k] = s
-        for b in _bytes_of(bits):
-            pb = p + _BYTE[b]
-            x = bisect_left(toks, pb, lo, hi)
-            y = bisect_left(toks, p + _BYTE[b + 1], x, hi) if b < 255 else hi
-            if x >= y:
-                continue
-            ns = SPACE.step(s, b)
-            if ns == DEAD:
-                u, v = x - shift, y - shift
-                final[u:v], death[u:v], pre[u:v] = DEAD, d, s
-            else:
-                todo.append((ns, SPACE.step(sb, b) if sb != DEAD else DEAD, d + 1, x, y))
-
-
-def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step the subtrees of level-0 nodes ``roots`` (sorted) one level at a time, vectorised, from
-    ``states``, the lexer states after their first byte. Returns ``(final, death, pre)`` of the tokens
-    of those subtrees, in order (of every token when ``roots`` are all the level-0 nodes; a subtree
-    from DEAD reads as never dying: the caller says where its tokens died)."""
-    n = trie.off[-1]
-    out_states = np.empty(n, dtype=np.int32)  # only the subtrees' nodes are written, and read
-    out_deaths = np.empty(n, dtype=np.int32)
-    out_pres = np.empty(n, dtype=np.int32)
-    ps = states.astype(np.int32)
-    pd = np.full(roots.size, -1, dtype=np.int32)
-    pp = np.zeros(roots.size, dtype=np.int32)
-    out_states[roots], out_deaths[roots], out_pres[roots] = ps, pd, pp
-    idx, whole = roots, roots.size == trie.byte[0].size
-    for d in range(1, len(trie.byte)):
-        if whole:
-            nxt, at = None, trie.parent[d]
-        else:
-            nxt = concat_ranges(trie.span[d][roots], trie.span[d][roots + 1])  # the subtrees' level-d nodes
-            if not nxt.size:
-                break
-            at = np.searchsorted(idx, trie.parent[d][nxt])  # each node's parent among the last level's
-        ps, pd, pp = ps[at], pd[at], pp[at]
-        data = trie.byte[d] if nxt is None else trie.byte[d][nxt]
-        live = ps != DEAD
-        n_live = int(np.count_nonzero(live))
-        if 4 * n_live >= ps.size:
-            cur = SPACE.next_states(ps, data)
-        else:  # most of the level's parents died already (a key, a number): step only the others
-            cur = np.zeros_like(ps)  # DEAD
-            if n_live:
-                sel = np.flatnonzero(live)
-                cur[sel] = SPACE.next_states(ps[sel], data[sel])
-        died = (cur == DEAD) & live
-        if died.any():
-            pd = np.where(died, d, pd).astype(np.int32)
-            pp = np.where(died, ps, pp).astype(np.int32)
-        g = slice(trie.off[d], trie.off[d + 1]) if nxt is None else trie.off[d] + nxt
-        out_states[g], out_deaths[g], out_pres[g] = cur, pd, pp
-        idx, ps = nxt, cur
-    node = trie.node if whole else trie.node[concat_ranges(trie.first[roots], trie.first[roots + 1])]
-    return out_states[node], out_deaths[node], out_pres[node]
-
-
-def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The integers of the ranges ``lo[i]`` to ``hi[i]``, concatenated."""
-    sizes = hi - lo
-    return np.arange(int(sizes.sum())) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
-
-
-def _remember(trie: Trie, keys: list, sizes: list[int], at: list[int], out: tuple[np.ndarray, ...]) -> dict:
-    """Keep the runs of level-0 subtrees by ``keys`` (state << 8 | first byte): each the ``sizes[i]``
-    tokens at ``at[i]`` of ``out``, as read-only views in an ``untracked`` box; returns them."""
-    final, death, pre = out
-    got = {}
-    with trie.lock:
-        for key, k, a in zip(keys, sizes, at):
-            got[key] = run = untracked(final[a : a + k], death[a : a + k], pre[a : a + k])
-            if k > Trie.MEMO_TOKENS:
-                continue  # never kept: the memo stays within its bound
-            memo = trie.memo
-            old = memo.pop(key, None)  # another thread's run of the same subtree
-            if old is not None:
-                trie.memo_size -= old[0].shape[0]
-            while trie.memo_size + k > Trie.MEMO_TOKENS:  # the least recently used first, a few at a time
-                trie.memo_size -= memo.pop(next(iter(memo)))[0].shape[0]
-            memo[key] = run
-            trie.memo_size += k
-    return got
-
-
-def _touch(trie: Trie, keys) -> None:
-    """Mark memo entries ``keys`` used now (to the end of the memo's order: eviction takes the front)."""
-    memo = trie.memo
-    with trie.lock:
-        for key in keys:
-            run = memo.pop(key, None)
-            if run is not None:
-                memo[key] = run
-
-
-def lex_run(
-    lex: int,
-    text_ids: np.ndarray,
-    flat: np.ndarray,
-    starts: np.ndarray,
-    lens: np.ndarray,
-    rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-    key: tuple | None = None,
-) -> LexRun:
-    """Compute the ``LexRun`` of a lexer state over the text tokens ``text_ids`` (all those whose first
-    byte can continue the lexeme: the others end it before their first byte, see ``LexRun.cont``).
-    ``rows``: their ``run`` if already computed (``trie_run``)."""
-    final, death, pre = (
-        rows if rows is not None else run(lex, text_ids, np.zeros_like(text_ids), flat, starts, lens)
-    )
-    inside = final != DEAD
-    acc = SPACE.accepting_np
-    crossing = (death >= 1) & acc[pre]
-    cross = []
-    if crossing.any():
-        cid, cpre, coff = text_ids[crossing], pre[crossing], death[crossing]
-        order = np.argsort(cpre, kind="stable")
-        cid, cpre, coff = cid[order], cpre[order], coff[order]
-        cuts = np.flatnonzero(np.diff(cpre)) + 1
-        for a, b in zip(np.r_[0, cuts], np.r_[cuts, cpre.size]):
-            cross.append((int(cpre[a]), cid[a:b], coff[a:b]))
-    cont = SPACE.cont(lex)
-    return LexRun(text_ids[inside], final[inside], cont, cross, key or ("x", lex))
-
-
-_BYTE = [bytes([b]) for b in range(256)]
-WIDE = 16  # a lexer state with more live bytes is run vectorised, not walked
-
-
-def walk_run(
-    lex: int, toks: list[bytes], ids: np.ndarray, flat: np.ndarray, starts: np.ndarray, lens: np.ndarray
-) -> LexRun:
-    """``lex_run`` for a narrow lexer state: a walk down the sorted vocabulary (``toks``, their ids
-    ``ids``), one prefix at a time, that visits only the prefixes the lexeme can take; a sub-range that
-    reaches a wide lexer state is run vectorised from there. Cost: the prefixes visited, not the
-    vocabulary."""
-    accepting = SPACE.accepting
-    live_bytes, step = SPACE.live_bytes, SPACE.step
-    in_pos: list[int] = []
-    in_fin: list[int] = []
-    cross: dict[int, list[tuple[int, int, int]]] = {}
-    wide: list[tuple[int, int, int, int]] = []
-    todo = [(lex, b"", 0, len(toks))]
-    while todo:
-        s, p, lo, hi = todo.pop()
-        d = len(p)
-        if d and toks[lo] == p:  # the token that is exactly this prefix (sorted first)
-            in_pos.append(lo)
-            in_fin.append(s)
-            lo += 1
-            if lo >= hi:
-                continue
-        live_b = live_bytes(s)
-        if d and len(live_b) > WIDE:
-            wide.append((s, lo, hi, d))
-            continue
-        covered = lo
-        for b in live_b:
-            pb = p + _BYTE[b]
-            a = bisect_left(toks, pb, covered, hi)
-            z = bisect_left(toks, p + _BYTE[b + 1], a, hi) if b < 255 else hi
-            if a < z:  # tokens go on through b: only now is its next state asked for
-                if d and accepting[s] and a > covered:
-                    cross.setdefault(s, []).append((covered, a, d))
-                todo.append((step(s, b), pb, a, z))
-                covered = z
-        if d and accepting[s] and covered < hi:
-            cross.setdefault(s, []).append((covered, hi, d))
-    inside_ids = [ids[in_pos]]
-    inside_final = [np.array(in_fin, dtype=np.int32)]
-    groups: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for s, ranges in cross.items():
-        for a, z, d in ranges:
-            groups.setdefault(s, []).append((ids[a:z], np.full(z - a, d, dtype=np.int32)))
-    for s, lo, hi, d in wide:
-        rows = ids[lo:hi]
-        final, death, pre = run(s, rows, np.full(rows.shape[0], d, dtype=np.int64), flat, starts, lens)
-        inside = final != DEAD
-        inside_ids.append(rows[inside])
-        inside_final.append(final[inside])
-        crossing = (death >= 1) & SPACE.accepting_np[pre]
-        for p_state, sel in groups_by_pre(np.where(crossing, death, -1), pre):
-            groups.setdefault(p_state, []).append((rows[sel], death[sel]))
-    out_cross = [
-        (p_state, np.concatenate([g[0] for g in parts]), np.concatenate([g[1] for g in parts]))
-        for p_state, parts in sorted(groups.items())
-    ]
-    cont = SPACE.cont(lex)
-    return LexRun(np.concatenate(inside_ids), np.concatenate(inside_final), cont, out_cross, ("x", lex))
-
-
-def groups_by_pre(death: np.ndarray, pre: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """Rows that died after an accepting lexeme, grouped by that lexer state: [(pre, row indices)]."""
-    if death.size <= SCALAR_ROWS:  # a few rows: numpy's sort and split cost more than a dict
-        accepting = SPACE.accepting
-        groups: dict[int, list[int]] = {}
-        for i, (d, p) in enumerate(zip(death.tolist(), pre.tolist())):
-            if d >= 0 and accepting[p]:
-                groups.setdefault(p, []).append(i)
-        return [(p, np.array(groups[p], dtype=np.intp)) for p in sorted(groups)]
-    crossing = (death >= 0) & SPACE.accepting_np[pre]
-    idx = np.flatnonzero(crossing)
-    if not idx.size:
-        return []
-    p = pre[idx]
-    order = np.argsort(p, kind="stable")
-    idx, p = idx[order], p[order]
-    cuts = np.flatnonzero(np.diff(p)) + 1
-    return [(int(p[a]), idx[a:b]) for a, b in zip(np.r_[0, cuts], np.r_[cuts, p.size])]

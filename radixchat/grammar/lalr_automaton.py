@@ -1,9 +1,10 @@
-"""LALR(1) analysis on integers: Lark's construction (LR(0) item sets, DeRemer-Pennello lookaheads)
-without Lark's per-symbol objects.
+"""The LALR(1) automaton's construction on integers: LR(0) item sets and DeRemer-Pennello lookaheads,
+as Lark builds them, without Lark's per-symbol objects. It builds the automaton only; ``lalr_tables``
+turns it into a grammar's ``Tables`` and ``lalr_stack`` runs parsers over those.
 
 ``lark.parsers.lalr_analysis`` hashes ``RulePtr``/``Symbol`` objects (Python ``__eq__``/``__hash__``) in
 every set operation and first computes FIRST/FOLLOW sets that LALR does not use: on generated
-JSON-Schema grammars of a few thousand states that was most of the compile time (seconds). Here items
+JSON-Schema grammars of a few thousand states that was most of the compile time. Here items
 are ints (``rule base + dot``), terminal sets are int bitsets and the relations are lists of ints; the
 result is the same automaton with the same lookaheads (checked against Lark's in
 ``tests/grammar/test_grammar_lr.py``).
@@ -85,7 +86,7 @@ class Automaton:
     end: int
 
 
-def lalr(rules: list, start: str, max_states: int, source: str) -> Automaton:
+def build_automaton(rules: list, start: str, max_states: int, source: str) -> Automaton:
     """Build the LALR(1) automaton of Lark's compiled ``rules`` (``grammar.compile``'s) for ``start``."""
     # -- symbols and rules as ints ------------------------------------------------------------------
     term_id: dict[str, int] = {}
@@ -230,7 +231,7 @@ def lalr(rules: list, start: str, max_states: int, source: str) -> Automaton:
     n_nt = len(nt_from)
     # Read(p, A) depends only on r = goto(p, A): r's terminal transitions, and Read of r's transitions
     # on nullable nonterminals. One digraph over states, not over transitions (objects of optional
-    # properties have a nullable transition per remaining property in every state: ~15x fewer edges).
+    # properties have a nullable transition per remaining property in every state: far fewer edges).
     shifts = [0] * n_states
     nullable_next: list[list[int]] = [[] for _ in range(n_states)]
     for r in range(n_states):
