@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from radixchat.engine.attention import PAGED_HEAD_DIMS, paged_decode_usable
+from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.decode_graph import POLL_S, DecodeGraphs, build_spec, compile_unavailable
 from radixchat.engine.detokenizer import Detokenizer
 from radixchat.engine.kernels import load_paged_attention
@@ -22,7 +23,7 @@ from radixchat.engine.kv_dtype import resolve_kv_dtype
 from radixchat.engine.kv_pool import KVPool, KVShape, ReqToTokenTable
 from radixchat.engine.kvstore import open_tier
 from radixchat.engine.loader import LoadedModel
-from radixchat.engine.model_runner import ModelRunner, ScheduledBatch
+from radixchat.engine.model_runner import ModelRunner
 from radixchat.engine.radix_cache import RadixCache
 from radixchat.engine.request import (
     Event,

@@ -106,9 +106,8 @@ class Engine:
     Every torch operation of the engine (loading, building the pool, each step, grammar compilation via
     ``call``) runs on the engine's one thread. That is for speed, not tidiness: with PyTorch's OpenMP
     runtime, each thread that runs parallel kernels gets its own pool of worker threads, and once the
-    process has more of those than cores, libgomp stops spinning between kernels. Measured on the
-    2-core CI machine: a small decode-step matmul costs 63 us from the only torch thread and 170 us when
-    a second thread has used torch, which made decoding 40% slower.
+    process has more of those than cores, libgomp stops spinning between kernels, and every small
+    decode-step kernel then pays for waking its workers.
     """
 
     def __init__(

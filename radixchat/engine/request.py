@@ -136,14 +136,6 @@ class Request:
         return self.total_len - self.kv_len
 
     @property
-    def private_len(self) -> int:
-        return self.kv_len - self.cache_len
-
-    @property
-    def is_decoding(self) -> bool:
-        return self.extend_len == 1 and len(self.output_ids) > 0
-
-    @property
     def finished(self) -> bool:
         return self.finish_reason is not None
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
-from radixchat.engine.model_runner import ScheduledBatch
 from radixchat.engine.radix_cache import RadixCache, common_prefix_len
 from radixchat.engine.request import FinishReason, Request
 
