@@ -20,6 +20,7 @@ class ModelRunner:
         paged: bool = False,
         paged_extend: bool = False,
         unified: bool = False,
+        decode_graphs: DecodeGraphs | None = None,
     ) -> None:
         self.model = model
         self.pool = pool
@@ -30,7 +31,7 @@ class ModelRunner:
         # the same arithmetic, whether it is decoded or prefilled (deterministic inference).
         self.unified = unified
         self.device = pool.device
-        self.decode_graphs: DecodeGraphs | None = None  # compiled pure-decode steps, once built
+        self.decode_graphs = decode_graphs  # compiled pure-decode steps, once built
 
     def build_metadata(self, batch: ScheduledBatch) -> tuple[AttentionBatch, torch.Tensor, torch.Tensor]:
         dev = self.device

@@ -14,7 +14,7 @@ Contracts (the scheduler relies on every one of them):
   at least ``n`` tokens are freed or nothing evictable is left. It may free more than asked.
 - Splitting a node copies its ``lock_ref`` to the new parent (every lock that covered the old node's path
   also covers the new parent).
-- ``on_evict``, when set, is called with each leaf just before its slots are freed (its whole path is
+- ``on_evict``, when given, is called with each leaf just before its slots are freed (its whole path is
   still in the tree then), so the KV store can spill it to disk.
 """
 
@@ -90,7 +90,7 @@ def common_prefix_len(a: Sequence[int], a_start: int, b: Sequence[int]) -> int:
 
 
 class RadixCache:
-    def __init__(self, pool: KVPool) -> None:
+    def __init__(self, pool: KVPool, on_evict: Callable[[TreeNode], None] | None = None) -> None:
         self.pool = pool
         self._ids = itertools.count(1)
         self._clock = itertools.count(1)
@@ -99,7 +99,7 @@ class RadixCache:
         self.evictable_size = 0
         self.protected_size = 0
         self.version = 0  # bumped on every structural change, so UIs know when to redraw
-        self.on_evict: Callable[[TreeNode], None] | None = None
+        self.on_evict = on_evict
 
     @property
     def total_size(self) -> int:

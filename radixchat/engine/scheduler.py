@@ -12,7 +12,6 @@ advanced here, so the slots are always owned by someone.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,6 +20,7 @@ from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
 from radixchat.engine.radix_cache import RadixCache, common_prefix_len
 from radixchat.engine.request import FinishReason, Request
+from radixchat.engine.stats import SchedulerCounters
 
 if TYPE_CHECKING:
     from radixchat.engine.kvstore import KVTier
@@ -38,18 +38,6 @@ LPM_MAX_QUEUE = 128
 IN_BATCH_PREFIX_MIN = 16
 
 
-@dataclass(slots=True)
-class SchedulerCounters:
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    computed_tokens: int = 0  # tokens fed through the model (prefill and decode)
-    generated_tokens: int = 0
-    retractions: int = 0
-    evicted_tokens: int = 0
-    loaded_tokens: int = 0  # KV loaded from the disk store into the tree
-    spilled_tokens: int = 0  # KV written to the disk store as the tree evicted it
-
-
 class Scheduler:
     def __init__(
         self,
@@ -61,6 +49,8 @@ class Scheduler:
         chunk_size: int,
         policy: str = "lpm",
         cache_enabled: bool = True,
+        counters: SchedulerCounters | None = None,
+        kv_tier: KVTier | None = None,
     ) -> None:
         self.pool = pool
         self.table = table
@@ -73,8 +63,8 @@ class Scheduler:
         self.running: list[Request] = []
         self.finished: list[Request] = []  # finished by the scheduler itself (cancel, pool exhausted)
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        self.counters = SchedulerCounters()
-        self.kv_tier: KVTier | None = None  # the disk store: admission extends tree matches from it
+        self.counters = counters if counters is not None else SchedulerCounters()
+        self.kv_tier = kv_tier  # the disk store: admission extends tree matches from it
 
     # -- queue ----------------------------------------------------------------------------------------
 
