@@ -26,7 +26,8 @@ from radixchat.engine.kvstore import KVLoadResult, KVSaveResult, KVStoreUsage, K
 from radixchat.engine.kvstore.tier import Run
 from radixchat.engine.loader import LoadedModel
 from radixchat.engine.model_runner import ModelRunner
-from radixchat.engine.radix_cache import NodeInfo, RadixCache
+from radixchat.engine.prefix_cache import NodeInfo, NoReuseCache, PrefixCache
+from radixchat.engine.radix_cache import RadixCache
 from radixchat.engine.request import (
     Event,
     FinishEvent,
@@ -132,8 +133,15 @@ class EngineCore:
         if cfg.kv_store_dir is not None and cfg.radix_cache:
             store = open_store(lm, shape, cfg.kv_store_dir, cfg.kv_store_bytes)
         spiller = Spiller(store, self.pool, counters) if store is not None and cfg.kv_spill else None
-        self.cache = RadixCache(self.pool, on_evict=spiller.spill if spiller is not None else None)
-        self.kv_tier = KVTier(store, self.pool, self.cache, counters, spiller) if store is not None else None
+        self.cache: PrefixCache
+        self.kv_tier: KVTier | None = None
+        if cfg.radix_cache:
+            tree = RadixCache(self.pool, on_evict=spiller.spill if spiller is not None else None)
+            if store is not None:
+                self.kv_tier = KVTier(store, self.pool, tree, counters, spiller)
+            self.cache = tree
+        else:
+            self.cache = NoReuseCache(self.pool)  # the ablation: every prompt is computed in full
         self.scheduler = Scheduler(
             self.pool,
             self.table,
@@ -141,7 +149,6 @@ class EngineCore:
             max_running=cfg.max_running_requests,
             chunk_size=cfg.chunked_prefill_size,
             policy=cfg.schedule_policy,
-            cache_enabled=cfg.radix_cache,
             counters=counters,
             kv_tier=self.kv_tier,
         )

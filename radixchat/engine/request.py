@@ -27,7 +27,7 @@ from radixchat.errors import RequestError
 from radixchat.sampling import SamplingParams  # torch-free, so the chat layer builds them without torch
 
 if TYPE_CHECKING:
-    from radixchat.engine.radix_cache import TreeNode
+    from radixchat.engine.tree_node import TreeNode
 
 
 @runtime_checkable

@@ -17,8 +17,8 @@ from radixchat.engine.kv_pool import KVPool
 from radixchat.engine.kvstore.blocks import BLOCK_TOKENS, chain_key, encode, full_block_keys
 from radixchat.engine.kvstore.files import describe_os_error
 from radixchat.engine.kvstore.store import KVStore
-from radixchat.engine.radix_cache import TreeNode
 from radixchat.engine.stats import SchedulerCounters
+from radixchat.engine.tree_node import TreeNode
 
 log = logging.getLogger(__name__)
 

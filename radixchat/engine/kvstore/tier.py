@@ -31,8 +31,10 @@ from radixchat.engine.kvstore.blocks import BLOCK_TOKENS, BadBlock, BlockInfo, c
 from radixchat.engine.kvstore.files import describe_os_error
 from radixchat.engine.kvstore.spill import HEADER_BYTES, Spiller, encode_slots
 from radixchat.engine.kvstore.store import KVStore
-from radixchat.engine.radix_cache import MatchResult, RadixCache, TreeNode
+from radixchat.engine.prefix_cache import MatchResult
+from radixchat.engine.radix_cache import RadixCache
 from radixchat.engine.stats import SchedulerCounters
+from radixchat.engine.tree_node import TreeNode
 
 log = logging.getLogger(__name__)
 
