@@ -30,7 +30,6 @@ from radixchat.engine.prefix_cache import NodeInfo, NoReuseCache, PrefixCache
 from radixchat.engine.radix_cache import RadixCache
 from radixchat.engine.request import (
     Event,
-    FinishEvent,
     FinishReason,
     Request,
     SamplingParams,
@@ -234,7 +233,7 @@ class EngineCore:
 
     def schedule(self) -> tuple[ScheduledBatch | None, list[tuple[Request, Event]]]:
         batch = self.scheduler.schedule()
-        return batch, [(r, self._finish_event(r)) for r in self.scheduler.drain_finished()]
+        return batch, self.scheduler.drain_finished()
 
     def forward_and_sample(self, batch: ScheduledBatch) -> list[int]:
         started = time.perf_counter()
@@ -264,7 +263,8 @@ class EngineCore:
         return events
 
     def abort_all(self, error: str) -> list[tuple[Request, Event]]:
-        return [(r, self._finish_event(r)) for r in self.scheduler.abort_all(error)]
+        self.scheduler.abort_all(error)
+        return self.scheduler.drain_finished()
 
     def run_until_done(self, reqs: Sequence[Request] = ()) -> list[tuple[Request, Event]]:
         """Add ``reqs`` and step until nothing is left (synchronous; for tests and benchmarks)."""
@@ -280,7 +280,7 @@ class EngineCore:
     def _append(self, req: Request, token: int, now: float, events: list[tuple[Request, Event]]) -> None:
         if token == FAILED:
             self.scheduler.finish(req, FinishReason.ERROR, req.error)
-            events.append((req, self._finish_event(req)))
+            events += self.scheduler.drain_finished()
             return
         req.output_ids.append(token)
         if req.first_token_at is None:
@@ -308,13 +308,7 @@ class EngineCore:
             reason = FinishReason.LENGTH
         if reason is not None:
             self.scheduler.finish(req, reason, error)
-            events.append((req, self._finish_event(req)))
-
-    def _finish_event(self, req: Request) -> FinishEvent:
-        ttft, tps = req.timings()
-        tail = req.detok.flush() if req.detok is not None else ""
-        assert req.finish_reason is not None
-        return FinishEvent(req.finish_reason, tail, req.usage(), ttft, tps, req.error)
+            events += self.scheduler.drain_finished()
 
     def set_busy(self, busy: bool) -> None:
         """The serving loop says whether it has work; background compiling runs only while it has none, and

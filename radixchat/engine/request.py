@@ -139,6 +139,13 @@ class Request:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    def finish_event(self) -> FinishEvent:
+        """The event that ends this request's stream (flushes the text the detokenizer held back)."""
+        ttft, tps = self.timings()
+        tail = self.detok.flush() if self.detok is not None else ""
+        assert self.finish_reason is not None
+        return FinishEvent(self.finish_reason, tail, self.usage(), ttft, tps, self.error)
+
     def usage(self) -> Usage:
         return Usage(len(self.prompt_ids), self.cached_tokens or 0, len(self.output_ids))
 

@@ -19,7 +19,7 @@ import torch
 from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
 from radixchat.engine.prefix_cache import PrefixCache
-from radixchat.engine.request import FinishReason, Request
+from radixchat.engine.request import Event, FinishReason, Request
 from radixchat.engine.stats import SchedulerCounters
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Scheduler:
         self.policy = policy
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.finished: list[Request] = []  # finished by the scheduler itself (cancel, pool exhausted)
+        self.finished: list[tuple[Request, Event]] = []  # ended since the last drain_finished()
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.counters = counters if counters is not None else SchedulerCounters()
         self.kv_tier = kv_tier  # the disk store: admission extends tree matches from it
@@ -73,7 +73,8 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def drain_finished(self) -> list[Request]:
+    def drain_finished(self) -> list[tuple[Request, Event]]:
+        """The requests ended since the last call, with their finish events, in the order they ended."""
         out, self.finished = self.finished, []
         return out
 
@@ -138,7 +139,7 @@ class Scheduler:
             if len(self.running) == 1:
                 # Nothing left to evict or retract: this request alone has filled the pool.
                 req = self.running[0]
-                self._finish(req, FinishReason.LENGTH, error=None)
+                self.finish(req, FinishReason.LENGTH)
                 continue
             self._retract(self._pick_victim(self.running))
         for req in decodes:
@@ -250,36 +251,30 @@ class Scheduler:
     def finish(
         self, req: Request, reason: FinishReason, error: str | None = None, insert: bool = True
     ) -> None:
-        """Mark a running request finished and release it (called by the engine after sampling)."""
+        """The one place a request ends, whoever ends it (the core after sampling; cancellation, a full
+        pool or an engine error here): it leaves the queues, a running request's KV goes to the cache
+        (``insert``) or is freed, the reason is set, and its finish event waits in ``finished``."""
         req.finish_reason = reason
         req.error = error
         if req in self.running:
             self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
         self._release(req, insert=insert)
-
-    def _finish(self, req: Request, reason: FinishReason, error: str | None) -> None:
-        self.finish(req, reason, error)
-        self.finished.append(req)
+        self.finished.append((req, req.finish_event()))
 
     def _drop_cancelled(self) -> None:
         for req in [r for r in self.waiting if r.cancelled]:
-            self.waiting.remove(req)
-            req.finish_reason = FinishReason.CANCELLED
-            self.finished.append(req)
+            self.finish(req, FinishReason.CANCELLED)
         for req in [r for r in self.running if r.cancelled]:
-            self._finish(req, FinishReason.CANCELLED, None)
+            self.finish(req, FinishReason.CANCELLED)
 
-    def abort_all(self, error: str) -> list[Request]:
+    def abort_all(self, error: str) -> None:
         """Fail every request (after an engine error); KV computed in a failed step is not trusted."""
-        out = []
         for req in list(self.running):
             self.finish(req, FinishReason.ERROR, error, insert=False)
-            out.append(req)
-        while self.waiting:
-            req = self.waiting.popleft()
-            req.finish_reason, req.error = FinishReason.ERROR, error
-            out.append(req)
-        return out
+        for req in list(self.waiting):
+            self.finish(req, FinishReason.ERROR, error, insert=False)
 
     # -- invariants -----------------------------------------------------------------------------------
 
