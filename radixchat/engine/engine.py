@@ -26,7 +26,7 @@ import torch
 
 from radixchat.engine.core import EngineConfig, EngineCore
 from radixchat.engine.kvstore import KVLoadResult, KVSaveResult, KVStoreUsage
-from radixchat.engine.loader import LoadedModel, load_model
+from radixchat.engine.loader import LoadedModel, ModelConfig, load_model
 from radixchat.engine.request import (
     Event,
     FinishEvent,
@@ -134,22 +134,23 @@ class Engine:
             raise
 
     @classmethod
-    def from_settings(cls, settings, progress: Callable[[str], None] | None = None) -> Engine:  # noqa: ANN001
-        """Load the model named by ``settings`` (a ``radixchat.config.Settings``) and build an engine.
-
-        ``progress`` is called from the engine's thread."""
+    def from_config(
+        cls, model: ModelConfig, config: EngineConfig, progress: Callable[[str], None] | None = None
+    ) -> Engine:
+        """Load ``model`` on the engine's thread and build an engine over it (``config.deterministic`` also
+        picks the model's deterministic weights plan). ``progress`` is called from the engine's thread."""
         return cls(
             functools.partial(
                 load_model,
-                settings.model,
-                device=settings.device,
-                dtype=settings.dtype,
-                weights=settings.weights,
-                cache_dir=settings.cache_dir,
+                model.name,
+                device=model.device,
+                dtype=model.dtype,
+                weights=model.weights,
+                cache_dir=model.cache_dir,
                 progress=progress,
-                deterministic=settings.deterministic,
+                deterministic=config.deterministic,
             ),
-            engine_config(settings),
+            config,
         )
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -476,23 +477,4 @@ def _put_all(items: list[tuple[RequestHandle, Event]]) -> None:
         handle._queue.put_nowait(ev)
 
 
-def engine_config(settings) -> EngineConfig:  # noqa: ANN001
-    return EngineConfig(
-        kv_pool_tokens=settings.kv_pool_tokens,
-        kv_memory_fraction=settings.kv_memory_fraction,
-        max_running_requests=settings.max_running_requests,
-        chunked_prefill_size=settings.chunked_prefill_size,
-        schedule_policy=settings.schedule_policy,
-        radix_cache=settings.radix_cache,
-        debug=settings.debug,
-        compile=settings.compile,
-        cache_dir=settings.cache_dir,
-        kv_dtype=settings.kv_dtype,
-        deterministic=settings.deterministic,
-        kv_store_dir=settings.cache_dir / "kv" if settings.kv_store else None,
-        kv_store_bytes=int(settings.kv_store_gib * 2**30),
-        kv_spill=settings.kv_spill,
-    )
-
-
-__all__ = ["Completion", "Engine", "RequestHandle", "engine_config"]
+__all__ = ["Completion", "Engine", "RequestHandle"]

@@ -41,6 +41,17 @@ CONVERTED_MARKER = "radixchat-converted.json"
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Which model to load and how (``Engine.from_config``): ``name`` is a spec as ``load_model`` reads it."""
+
+    name: str
+    cache_dir: Path  # converted weights, this machine's probes
+    device: str = "auto"
+    dtype: str = "auto"
+    weights: str = "float32"
+
+
 @dataclass(slots=True)
 class LoadedModel:
     name: str  # what users see (and what session files record)
