@@ -4,7 +4,7 @@ The transformers model code is never touched. ``apply_weights`` swaps each ``nn.
 for a ``FormatLinear`` that keeps the original weight (the exact path) and, beside it, the compact copies its
 other kernels need. Every call picks its kernel by how many rows it multiplies: one per stream in a decode
 step, hundreds in a prefill chunk. Which kernel is fastest for which row count differs from machine to machine
-(a 4-bit kernel that wins on an AVX-512 CPU loses 6-9x on an AVX2 one), so a short probe measures them on the
+(a 4-bit kernel that wins on an AVX-512 CPU loses badly on an AVX2 one), so a short probe measures them on the
 model's own weights at first start, and the result is cached by CPU model and torch version.
 
 Kernels (a format is the set of kernels it may use):
