@@ -22,12 +22,13 @@ from transformers import AttentionInterface
 t2 = time.perf_counter()
 import asyncio
 from radixchat.config import Settings
-from radixchat.engine import Engine, SamplingParams
+from radixchat.chat.engine_settings import engine_from_settings
+from radixchat.engine import SamplingParams
 t3 = time.perf_counter()
 
 async def main():
     t = time.perf_counter()
-    engine = Engine.from_settings(Settings(kv_store=False))
+    engine = engine_from_settings(Settings(kv_store=False))
     t4 = time.perf_counter()
     async with engine:
         await engine.generate([1, 2, 3], SamplingParams(max_tokens=2))

@@ -197,12 +197,13 @@ async def _radixchat(
     full: bool = True,
     deterministic: bool = False,
 ) -> dict:
+    from radixchat.chat.engine_settings import engine_from_settings
     from radixchat.config import Settings
-    from radixchat.engine import Engine, SamplingParams
+    from radixchat.engine import SamplingParams
 
     # No disk KV store: "cold" must be cold, and the chat must come from the radix tree alone.
     settings = Settings(weights=weights, compile=compile_, kv_store=False, deterministic=deterministic)
-    engine = Engine.from_settings(settings)
+    engine = engine_from_settings(settings)
     tok = engine.tokenizer
     p = prompts(tok)
     greedy = SamplingParams(temperature=0.0, max_tokens=DECODE_TOKENS, ignore_eos=True)
@@ -256,11 +257,12 @@ async def _radixchat(
 
 
 async def _radixchat_history(wait_compiled: float) -> dict:
+    from radixchat.chat.engine_settings import engine_from_settings
     from radixchat.config import Settings
-    from radixchat.engine import Engine, SamplingParams
+    from radixchat.engine import SamplingParams
 
     # As a user runs it, but without the disk KV store: cold must be cold, the next turn from the tree alone.
-    engine = Engine.from_settings(Settings(kv_store=False))
+    engine = engine_from_settings(Settings(kv_store=False))
     tok = engine.tokenizer
     greedy = SamplingParams(temperature=0.0, max_tokens=HISTORY_REPLY, ignore_eos=True)
     rows = []

@@ -79,8 +79,8 @@ def test_missing_explicit_config_file(tmp_path):
 
 
 def test_kv_store_settings_reach_the_engine(tmp_path, monkeypatch):
+    from radixchat.chat.engine_settings import engine_config
     from radixchat.cli import build_parser, settings_from_args
-    from radixchat.engine.engine import engine_config
 
     monkeypatch.delenv("RADIXCHAT_KV_STORE", raising=False)  # tests/conftest.py turns it off
     on = engine_config(Settings.load({"cache_dir": str(tmp_path)}))

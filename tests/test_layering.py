@@ -2,9 +2,10 @@
 
 - No import cycles among radixchat's modules: no module imports a module that imports it back, even
   inside a function or under ``TYPE_CHECKING`` (a loop of imports is a missing seam).
-- The engine never imports grammar, Textual or the chat layer; grammar never imports the engine, the chat
-  layer or Textual; the chat layer never imports Textual; batch mode never imports Textual; only
-  ``chat/local.py`` (and ``chat/loading.py``, which picks it) of the chat layer reaches the engine.
+- The engine never imports grammar, Textual, the chat layer or the app's config; grammar never imports the
+  engine, the chat layer or Textual; the chat layer never imports Textual; batch mode never imports
+  Textual; only the local backend, ``chat/local.py`` and ``chat/engine_settings.py`` (its engine's config
+  from the app's settings), and ``chat/loading.py``, which picks it, of the chat layer reach the engine.
 - The remote path (``--backend URL``: the protocol, ``TurnResult``, the remote backend, batch mode) never
   imports torch or transformers, and neither does the app until the backend loads.
 - The app's modules stay small, never import torch, and each screen has its stylesheet.
@@ -139,6 +140,7 @@ def test_no_import_cycles():
 
 ABOVE = {
     "radixchat.engine": (
+        "radixchat.config",
         "radixchat.grammar",
         "radixchat.chat",
         "radixchat.tui",
@@ -166,9 +168,15 @@ def test_a_layer_never_imports_the_layers_above_it(lower):
 
 
 def test_only_the_local_backend_imports_the_engine_and_the_grammar_engine():
-    """Of the chat layer, ``local.py`` (and ``loading.py``, inside the function that picks it); the others
-    may name the engine's plain-data stats in type hints."""
-    allowed = {"radixchat.chat.local": {MODULE, LAZY, TYPE}, "radixchat.chat.loading": {LAZY, TYPE}}
+    """Of the chat layer, the local backend (``local.py`` and ``engine_settings.py``, which only it imports)
+    and ``loading.py``, inside the function that picks it; the others may name the engine's plain-data
+    stats in type hints."""
+    local = {MODULE, LAZY, TYPE}
+    allowed = {
+        "radixchat.chat.local": local,
+        "radixchat.chat.engine_settings": local,
+        "radixchat.chat.loading": {LAZY, TYPE},
+    }
     for name in layer("radixchat.chat"):
         for what, kind in IMPORTS[name]:
             if what == "radixchat.engine.stats" and kind == TYPE:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from radixchat.chat.backend import ChatBackend, LoadedKV, StoredKV, TurnResult
 from radixchat.chat.conversation import ChatFormat, ContextOverflow, Conversation
+from radixchat.chat.engine_settings import engine_from_settings
 from radixchat.chat.modes import Mode, ModeError
 from radixchat.chat.usage import UsageTotals
 from radixchat.engine import (
@@ -212,7 +213,7 @@ class LocalBackend(ChatBackend):
     def from_settings(cls, settings: Settings, progress: Callable[[str], None] | None = None) -> LocalBackend:
         """Load the model ``settings`` name and build its engine (blocking: run it in a thread)."""
         return cls(
-            Engine.from_settings(settings, progress=progress),
+            engine_from_settings(settings, progress),
             cache_dir=settings.cache_dir,
             context_overflow=settings.context_overflow,
         )

@@ -6,6 +6,7 @@ sampler, and is driven by exactly one thread (``Engine``'s worker, or a test cal
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Sequence
@@ -15,18 +16,20 @@ from pathlib import Path
 import torch
 
 from radixchat.engine.attention import PAGED_HEAD_DIMS, paged_decode_usable
+from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.decode_graph import POLL_S, DecodeGraphs, build_spec, compile_unavailable
 from radixchat.engine.detokenizer import Detokenizer
 from radixchat.engine.kernels import load_paged_attention
 from radixchat.engine.kv_dtype import resolve_kv_dtype
 from radixchat.engine.kv_pool import KVPool, KVShape, ReqToTokenTable
-from radixchat.engine.kvstore import open_tier
+from radixchat.engine.kvstore import KVLoadResult, KVSaveResult, KVStoreUsage, KVTier, Spiller, open_store
+from radixchat.engine.kvstore.tier import Run
 from radixchat.engine.loader import LoadedModel
-from radixchat.engine.model_runner import ModelRunner, ScheduledBatch
+from radixchat.engine.model_runner import ModelRunner
+from radixchat.engine.prefix_cache import NodeInfo, NoReuseCache, PrefixCache
 from radixchat.engine.radix_cache import RadixCache
 from radixchat.engine.request import (
     Event,
-    FinishEvent,
     FinishReason,
     Request,
     SamplingParams,
@@ -36,6 +39,7 @@ from radixchat.engine.request import (
 )
 from radixchat.engine.sampler import FAILED, Sampler
 from radixchat.engine.scheduler import Scheduler
+from radixchat.engine.stats import SchedulerCounters
 from radixchat.errors import ConfigError, PromptTooLongError, RequestError
 
 CPU_DEFAULT_POOL_TOKENS = 32768
@@ -62,6 +66,25 @@ class EngineConfig:
     # Batch invariance: every token through one code path (eager; decode and prefill through the same
     # attention kernel). The model's weights plan must be deterministic too (load_model(deterministic=True)).
     deterministic: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSnapshot:
+    """``EngineCore.snapshot``: what ``Engine.stats`` reports of the core, copied out under the state lock."""
+
+    running: int
+    waiting: int
+    counters: SchedulerCounters  # a copy
+    steps: int
+    pool_capacity: int
+    pool_free: int
+    kv_dtype: str
+    bytes_per_token: int
+    tree_tokens: int
+    tree_evictable: int
+    tree_protected: int
+    tree_version: int
+    nodes: list[NodeInfo]
 
 
 def wants_compile(setting: str, lm: LoadedModel, deterministic: bool = False) -> bool:
@@ -102,7 +125,22 @@ class EngineCore:
         self.pool = KVPool(shape, pool_capacity(lm, cfg, shape), lm.device)
         self.max_total_len = min(lm.max_context, self.pool.capacity)
         self.table = ReqToTokenTable(cfg.max_running_requests, self.max_total_len, lm.device)
-        self.cache = RadixCache(self.pool)
+        # Built in order of need: the store and the spiller come first because the tree is built with its
+        # eviction callback, the tier needs the tree, and the scheduler extends its matches through the tier.
+        counters = SchedulerCounters()
+        store = None
+        if cfg.kv_store_dir is not None and cfg.radix_cache:
+            store = open_store(lm, shape, cfg.kv_store_dir, cfg.kv_store_bytes)
+        spiller = Spiller(store, self.pool, counters) if store is not None and cfg.kv_spill else None
+        self.cache: PrefixCache
+        self.kv_tier: KVTier | None = None
+        if cfg.radix_cache:
+            tree = RadixCache(self.pool, on_evict=spiller.spill if spiller is not None else None)
+            if store is not None:
+                self.kv_tier = KVTier(store, self.pool, tree, counters, spiller)
+            self.cache = tree
+        else:
+            self.cache = NoReuseCache(self.pool)  # the ablation: every prompt is computed in full
         self.scheduler = Scheduler(
             self.pool,
             self.table,
@@ -110,20 +148,9 @@ class EngineCore:
             max_running=cfg.max_running_requests,
             chunk_size=cfg.chunked_prefill_size,
             policy=cfg.schedule_policy,
-            cache_enabled=cfg.radix_cache,
+            counters=counters,
+            kv_tier=self.kv_tier,
         )
-        self.kv_tier = None
-        if cfg.kv_store_dir is not None and cfg.radix_cache:
-            self.kv_tier = open_tier(
-                lm,
-                self.pool,
-                self.cache,
-                self.scheduler.counters,
-                root=cfg.kv_store_dir,
-                budget_bytes=cfg.kv_store_bytes,
-                spill=cfg.kv_spill,
-            )
-        self.scheduler.kv_tier = self.kv_tier
         # Prefill chunks read the pool in place as well, in bfloat16, when it is half precision (the fast path;
         # a float32 pool keeps SDPA, the exact path the equality tests hold).
         paged_extend = self.paged_decode and lm.dtype == torch.float32
@@ -135,15 +162,8 @@ class EngineCore:
                 else "the model's dtype is not float32"
             )
             raise ConfigError(f"deterministic inference needs the native attention kernels ({why})")
-        self.runner = ModelRunner(
-            lm.model,
-            self.pool,
-            self.table,
-            paged=self.paged_decode,
-            paged_extend=paged_extend,
-            unified=cfg.deterministic,
-        )
         self.decode_state = "off"
+        graphs = None
         if wants_compile(cfg.compile, lm, cfg.deterministic):
             why = compile_unavailable(lm.model, lm.device) or (
                 "no cache directory" if cfg.cache_dir is None else None
@@ -151,9 +171,18 @@ class EngineCore:
             if why is None:
                 assert cfg.cache_dir is not None
                 spec = build_spec(lm, kv_dtype, self.paged_decode, cfg.max_running_requests)
-                self.runner.decode_graphs = DecodeGraphs(lm.model, spec, cfg.cache_dir)
+                graphs = DecodeGraphs(lm.model, spec, cfg.cache_dir)
             else:
                 self.decode_state = f"failed: {why}"
+        self.runner = ModelRunner(
+            lm.model,
+            self.pool,
+            self.table,
+            paged=self.paged_decode,
+            paged_extend=paged_extend,
+            unified=cfg.deterministic,
+            decode_graphs=graphs,
+        )
         self.sampler = Sampler(lm.vocab_size, set(lm.eos_ids))
         self._backend_tokenizer = getattr(lm.tokenizer, "backend_tokenizer", None)
         self._rids = itertools.count(1)
@@ -204,7 +233,7 @@ class EngineCore:
 
     def schedule(self) -> tuple[ScheduledBatch | None, list[tuple[Request, Event]]]:
         batch = self.scheduler.schedule()
-        return batch, [(r, self._finish_event(r)) for r in self.scheduler.drain_finished()]
+        return batch, self.scheduler.drain_finished()
 
     def forward_and_sample(self, batch: ScheduledBatch) -> list[int]:
         started = time.perf_counter()
@@ -234,7 +263,8 @@ class EngineCore:
         return events
 
     def abort_all(self, error: str) -> list[tuple[Request, Event]]:
-        return [(r, self._finish_event(r)) for r in self.scheduler.abort_all(error)]
+        self.scheduler.abort_all(error)
+        return self.scheduler.drain_finished()
 
     def run_until_done(self, reqs: Sequence[Request] = ()) -> list[tuple[Request, Event]]:
         """Add ``reqs`` and step until nothing is left (synchronous; for tests and benchmarks)."""
@@ -250,7 +280,7 @@ class EngineCore:
     def _append(self, req: Request, token: int, now: float, events: list[tuple[Request, Event]]) -> None:
         if token == FAILED:
             self.scheduler.finish(req, FinishReason.ERROR, req.error)
-            events.append((req, self._finish_event(req)))
+            events += self.scheduler.drain_finished()
             return
         req.output_ids.append(token)
         if req.first_token_at is None:
@@ -278,13 +308,7 @@ class EngineCore:
             reason = FinishReason.LENGTH
         if reason is not None:
             self.scheduler.finish(req, reason, error)
-            events.append((req, self._finish_event(req)))
-
-    def _finish_event(self, req: Request) -> FinishEvent:
-        ttft, tps = req.timings()
-        tail = req.detok.flush() if req.detok is not None else ""
-        assert req.finish_reason is not None
-        return FinishEvent(req.finish_reason, tail, req.usage(), ttft, tps, req.error)
+            events += self.scheduler.drain_finished()
 
     def set_busy(self, busy: bool) -> None:
         """The serving loop says whether it has work; background compiling runs only while it has none, and
@@ -309,3 +333,55 @@ class EngineCore:
 
     def check_integrity(self) -> None:
         self.scheduler.check_integrity()
+
+    # -- what the Engine shows and offers (engine thread, or under the Engine's state lock) ---------------
+
+    def snapshot(self, tree: bool = True) -> CoreSnapshot:
+        """The queues, totals, pool and tree as plain data (``tree=False`` skips the node list)."""
+        cache, pool, scheduler = self.cache, self.pool, self.scheduler
+        return CoreSnapshot(
+            running=len(scheduler.running),
+            waiting=len(scheduler.waiting),
+            counters=dataclasses.replace(scheduler.counters),
+            steps=self.steps,
+            pool_capacity=pool.capacity,
+            pool_free=pool.num_free,
+            kv_dtype=str(pool.shape.dtype).removeprefix("torch."),
+            bytes_per_token=pool.shape.bytes_per_token,
+            tree_tokens=cache.total_size,
+            tree_evictable=cache.evictable_size,
+            tree_protected=cache.protected_size,
+            tree_version=cache.version,
+            nodes=cache.snapshot() if tree else [],
+        )
+
+    def cached_path(self, ids: Sequence[int]) -> list[int]:
+        """Ids of the tree nodes that ``ids`` runs through."""
+        return self.cache.path_node_ids(list(ids))
+
+    # The KV store on disk. ``run(fn, *args)`` runs pool and tree work on the engine's thread under its lock
+    # (the tier does file I/O on the caller's thread in between); each answers "nothing" when the store is off.
+
+    @property
+    def kv_store_on(self) -> bool:
+        return self.kv_tier is not None
+
+    def save_kv(self, ids: Sequence[int], owner: str, run: Run) -> KVSaveResult:
+        tier = self.kv_tier
+        return KVSaveResult(owner, 0, 0) if tier is None else tier.save(ids, owner, run)
+
+    def load_kv(self, ids: Sequence[int], run: Run) -> KVLoadResult:
+        tier = self.kv_tier
+        return KVLoadResult(0, 0) if tier is None or not ids else tier.load(ids, run)
+
+    def kv_store_usage(self) -> KVStoreUsage | None:
+        tier = self.kv_tier
+        return None if tier is None else tier.store.usage()
+
+    def delete_kv(self, owner: str) -> int:
+        tier = self.kv_tier
+        return 0 if tier is None else tier.store.delete_owner(owner)
+
+    def rename_kv(self, old: str, new: str) -> bool:
+        tier = self.kv_tier
+        return False if tier is None else tier.store.rename_owner(old, new)

@@ -354,7 +354,7 @@ def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
 
 def _load_package(path: Path) -> Any:
     """``torch._inductor.aoti_load_package`` without its device check, which compiles and runs ISA test
-    programs (~1 s at every start) only to warn on a mismatch that our key already rules out."""
+    programs at every start only to warn on a mismatch that our key already rules out."""
     try:
         from torch.export.pt2_archive._package import AOTICompiledModel
 
@@ -368,7 +368,7 @@ def _load_package(path: Path) -> Any:
 def _unpacked(path: Path) -> Path:
     """The package's files, unpacked once beside it. The loader would otherwise extract the archive into a
     new ``/tmp/aotinductor_*`` at every start, removed only when it is destroyed: a process that is killed
-    or exits without collecting it left ~5 MB in /tmp per start."""
+    or exits without collecting it left its files in /tmp at every start."""
     out = path.with_suffix(".unpacked")
     if not out.is_dir():
         tmp = path.parent / f".tmp-{os.getpid()}-{out.name}"

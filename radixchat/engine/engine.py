@@ -26,7 +26,7 @@ import torch
 
 from radixchat.engine.core import EngineConfig, EngineCore
 from radixchat.engine.kvstore import KVLoadResult, KVSaveResult, KVStoreUsage
-from radixchat.engine.loader import LoadedModel, load_model
+from radixchat.engine.loader import LoadedModel, ModelConfig, load_model
 from radixchat.engine.request import (
     Event,
     FinishEvent,
@@ -106,9 +106,8 @@ class Engine:
     Every torch operation of the engine (loading, building the pool, each step, grammar compilation via
     ``call``) runs on the engine's one thread. That is for speed, not tidiness: with PyTorch's OpenMP
     runtime, each thread that runs parallel kernels gets its own pool of worker threads, and once the
-    process has more of those than cores, libgomp stops spinning between kernels. Measured on the
-    2-core CI machine: a small decode-step matmul costs 63 us from the only torch thread and 170 us when
-    a second thread has used torch, which made decoding 40% slower.
+    process has more of those than cores, libgomp stops spinning between kernels, and every small
+    decode-step kernel then pays for waking its workers.
     """
 
     def __init__(
@@ -135,22 +134,23 @@ class Engine:
             raise
 
     @classmethod
-    def from_settings(cls, settings, progress: Callable[[str], None] | None = None) -> Engine:  # noqa: ANN001
-        """Load the model named by ``settings`` (a ``radixchat.config.Settings``) and build an engine.
-
-        ``progress`` is called from the engine's thread."""
+    def from_config(
+        cls, model: ModelConfig, config: EngineConfig, progress: Callable[[str], None] | None = None
+    ) -> Engine:
+        """Load ``model`` on the engine's thread and build an engine over it (``config.deterministic`` also
+        picks the model's deterministic weights plan). ``progress`` is called from the engine's thread."""
         return cls(
             functools.partial(
                 load_model,
-                settings.model,
-                device=settings.device,
-                dtype=settings.dtype,
-                weights=settings.weights,
-                cache_dir=settings.cache_dir,
+                model.name,
+                device=model.device,
+                dtype=model.dtype,
+                weights=model.weights,
+                cache_dir=model.cache_dir,
                 progress=progress,
-                deterministic=settings.deterministic,
+                deterministic=config.deterministic,
             ),
-            engine_config(settings),
+            config,
         )
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -348,28 +348,9 @@ class Engine:
         """A consistent snapshot; safe from any thread (waits at most for one scheduling phase)."""
         core = self.core
         with self._state_lock:
-            c = core.scheduler.counters
-            cache, pool = core.cache, core.pool
-            nodes = cache.snapshot() if tree else []
-            version = cache.version
-            base = dict(
-                running=len(core.scheduler.running),
-                waiting=len(core.scheduler.waiting) + len(self._inbox),
-                prompt_tokens=c.prompt_tokens,
-                cached_tokens=c.cached_tokens,
-                computed_tokens=c.computed_tokens,
-                generated_tokens=c.generated_tokens,
-                retractions=c.retractions,
-                evicted_tokens=c.evicted_tokens,
-                kv_loaded_tokens=c.loaded_tokens,
-                kv_spilled_tokens=c.spilled_tokens,
-                steps=core.steps,
-                pool_capacity=pool.capacity,
-                pool_free=pool.num_free,
-                tree_tokens=cache.total_size,
-                tree_evictable=cache.evictable_size,
-                tree_protected=cache.protected_size,
-            )
+            snap = core.snapshot(tree)
+            waiting = snap.waiting + len(self._inbox)
+        c = snap.counters
         views = tuple(
             TreeNodeView(
                 n.id,
@@ -380,7 +361,7 @@ class Engine:
                 n.last_access,
                 n.from_disk,
             )
-            for n in nodes
+            for n in snap.nodes
         )
         dev = self.loaded.device
         allocated = reserved = None
@@ -392,17 +373,32 @@ class Engine:
             dtype=str(self.loaded.dtype).removeprefix("torch."),
             weights=self.loaded.weights.name,
             decode_compiled=core.decode_compiled,
-            kv_dtype=str(pool.shape.dtype).removeprefix("torch."),
+            kv_dtype=snap.kv_dtype,
             decode_attention="paged" if core.paged_decode else "gathered",
             deterministic=core.cfg.deterministic,
-            bytes_per_token=pool.shape.bytes_per_token,
+            bytes_per_token=snap.bytes_per_token,
             device_allocated=allocated,
             device_reserved=reserved,
             process_rss=psutil.Process().memory_info().rss,
-            tree_version=version,
+            running=snap.running,
+            waiting=waiting,
+            prompt_tokens=c.prompt_tokens,
+            cached_tokens=c.cached_tokens,
+            computed_tokens=c.computed_tokens,
+            generated_tokens=c.generated_tokens,
+            retractions=c.retractions,
+            evicted_tokens=c.evicted_tokens,
+            kv_loaded_tokens=c.loaded_tokens,
+            kv_spilled_tokens=c.spilled_tokens,
+            steps=snap.steps,
+            pool_capacity=snap.pool_capacity,
+            pool_free=snap.pool_free,
+            tree_tokens=snap.tree_tokens,
+            tree_evictable=snap.tree_evictable,
+            tree_protected=snap.tree_protected,
+            tree_version=snap.tree_version,
             tree=views,
             last_request=self._last,
-            **base,
         )
 
     # -- the KV store on disk -------------------------------------------------------------------------
@@ -412,7 +408,7 @@ class Engine:
     @property
     def kv_store_on(self) -> bool:
         """Whether the KV store is in use (the setting is on and its directory was usable)."""
-        return self.core.kv_tier is not None
+        return self.core.kv_store_on
 
     def save_kv(self, ids: Sequence[int], owner: str) -> KVSaveResult:
         """Store on disk, for ``owner`` (e.g. a session file's path), the KV of the longest prefix of ``ids`` that is
@@ -421,11 +417,8 @@ class Engine:
         Best effort: never raises for disk errors (a full disk, an unwritable cache directory) or a
         stopped engine; ``notice`` then says in one line what was not saved. Save the owner's own
         file (a session) first: this is a cache of it. ``tokens == 0`` when the store is off."""
-        tier = self.core.kv_tier
-        if tier is None:
-            return KVSaveResult(owner, 0, 0)
         try:
-            return tier.save(ids, owner, self._run_locked)
+            return self.core.save_kv(ids, owner, self._run_locked)
         except EngineStoppedError:
             return KVSaveResult(owner, 0, 0, "KV not saved: the engine is stopped")
 
@@ -434,29 +427,23 @@ class Engine:
         is opened), so the next request over ``ids`` prefills only what follows. A damaged or foreign
         file is skipped with a notice and its tokens are computed as usual. Requests do this by
         themselves on admission; calling it early takes the disk read off the first reply's TTFT."""
-        tier = self.core.kv_tier
-        if tier is None or not ids:
-            return KVLoadResult(0, 0)
         try:
-            return tier.load(ids, self._run_locked)
+            return self.core.load_kv(ids, self._run_locked)
         except EngineStoppedError:
             return KVLoadResult(0, 0)
 
     def kv_store_usage(self) -> KVStoreUsage | None:
         """Which owners have KV on disk for this model and how many bytes each takes (None: store off).
         Reads files only; safe from any thread."""
-        tier = self.core.kv_tier
-        return None if tier is None else tier.store.usage()
+        return self.core.kv_store_usage()
 
     def delete_kv(self, owner: str) -> int:
         """Delete ``owner``'s KV for every model (blocks other owners share stay). Returns bytes freed."""
-        tier = self.core.kv_tier
-        return 0 if tier is None else tier.store.delete_owner(owner)
+        return self.core.delete_kv(owner)
 
     def rename_kv(self, old: str, new: str) -> bool:
         """Give ``old``'s stored KV to ``new`` (a renamed session). Returns whether there was any."""
-        tier = self.core.kv_tier
-        return False if tier is None else tier.store.rename_owner(old, new)
+        return self.core.rename_kv(old, new)
 
     def _run_locked(self, fn: Callable[..., T], *args: Any) -> T:
         def job() -> T:
@@ -468,7 +455,7 @@ class Engine:
     def cached_path(self, ids: Sequence[int]) -> list[int]:
         """Ids of the tree nodes that ``ids`` runs through (to highlight a conversation in a UI)."""
         with self._state_lock:
-            return self.core.cache.path_node_ids(list(ids))
+            return self.core.cached_path(ids)
 
     def _snippet(self, head: tuple[int, ...]) -> str:
         text = self._snippets.get(head)
@@ -490,23 +477,4 @@ def _put_all(items: list[tuple[RequestHandle, Event]]) -> None:
         handle._queue.put_nowait(ev)
 
 
-def engine_config(settings) -> EngineConfig:  # noqa: ANN001
-    return EngineConfig(
-        kv_pool_tokens=settings.kv_pool_tokens,
-        kv_memory_fraction=settings.kv_memory_fraction,
-        max_running_requests=settings.max_running_requests,
-        chunked_prefill_size=settings.chunked_prefill_size,
-        schedule_policy=settings.schedule_policy,
-        radix_cache=settings.radix_cache,
-        debug=settings.debug,
-        compile=settings.compile,
-        cache_dir=settings.cache_dir,
-        kv_dtype=settings.kv_dtype,
-        deterministic=settings.deterministic,
-        kv_store_dir=settings.cache_dir / "kv" if settings.kv_store else None,
-        kv_store_bytes=int(settings.kv_store_gib * 2**30),
-        kv_spill=settings.kv_spill,
-    )
-
-
-__all__ = ["Completion", "Engine", "RequestHandle", "engine_config"]
+__all__ = ["Completion", "Engine", "RequestHandle"]

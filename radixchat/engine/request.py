@@ -27,7 +27,7 @@ from radixchat.errors import RequestError
 from radixchat.sampling import SamplingParams  # torch-free, so the chat layer builds them without torch
 
 if TYPE_CHECKING:
-    from radixchat.engine.radix_cache import TreeNode
+    from radixchat.engine.tree_node import TreeNode
 
 
 @runtime_checkable
@@ -136,16 +136,15 @@ class Request:
         return self.total_len - self.kv_len
 
     @property
-    def private_len(self) -> int:
-        return self.kv_len - self.cache_len
-
-    @property
-    def is_decoding(self) -> bool:
-        return self.extend_len == 1 and len(self.output_ids) > 0
-
-    @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+    def finish_event(self) -> FinishEvent:
+        """The event that ends this request's stream (flushes the text the detokenizer held back)."""
+        ttft, tps = self.timings()
+        tail = self.detok.flush() if self.detok is not None else ""
+        assert self.finish_reason is not None
+        return FinishEvent(self.finish_reason, tail, self.usage(), ttft, tps, self.error)
 
     def usage(self) -> Usage:
         return Usage(len(self.prompt_ids), self.cached_tokens or 0, len(self.output_ids))

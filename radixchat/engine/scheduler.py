@@ -12,15 +12,15 @@ advanced here, so the slots are always owned by someone.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
+from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
-from radixchat.engine.model_runner import ScheduledBatch
-from radixchat.engine.radix_cache import RadixCache, common_prefix_len
-from radixchat.engine.request import FinishReason, Request
+from radixchat.engine.prefix_cache import PrefixCache
+from radixchat.engine.request import Event, FinishReason, Request
+from radixchat.engine.stats import SchedulerCounters
 
 if TYPE_CHECKING:
     from radixchat.engine.kvstore import KVTier
@@ -38,29 +38,18 @@ LPM_MAX_QUEUE = 128
 IN_BATCH_PREFIX_MIN = 16
 
 
-@dataclass(slots=True)
-class SchedulerCounters:
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    computed_tokens: int = 0  # tokens fed through the model (prefill and decode)
-    generated_tokens: int = 0
-    retractions: int = 0
-    evicted_tokens: int = 0
-    loaded_tokens: int = 0  # KV loaded from the disk store into the tree
-    spilled_tokens: int = 0  # KV written to the disk store as the tree evicted it
-
-
 class Scheduler:
     def __init__(
         self,
         pool: KVPool,
         table: ReqToTokenTable,
-        cache: RadixCache,
+        cache: PrefixCache,
         *,
         max_running: int,
         chunk_size: int,
         policy: str = "lpm",
-        cache_enabled: bool = True,
+        counters: SchedulerCounters | None = None,
+        kv_tier: KVTier | None = None,
     ) -> None:
         self.pool = pool
         self.table = table
@@ -68,13 +57,12 @@ class Scheduler:
         self.max_running = max_running
         self.chunk_size = chunk_size
         self.policy = policy
-        self.cache_enabled = cache_enabled
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.finished: list[Request] = []  # finished by the scheduler itself (cancel, pool exhausted)
+        self.finished: list[tuple[Request, Event]] = []  # ended since the last drain_finished()
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        self.counters = SchedulerCounters()
-        self.kv_tier: KVTier | None = None  # the disk store: admission extends tree matches from it
+        self.counters = counters if counters is not None else SchedulerCounters()
+        self.kv_tier = kv_tier  # the disk store: admission extends tree matches from it
 
     # -- queue ----------------------------------------------------------------------------------------
 
@@ -85,7 +73,8 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def drain_finished(self) -> list[Request]:
+    def drain_finished(self) -> list[tuple[Request, Event]]:
+        """The requests ended since the last call, with their finish events, in the order they ended."""
         out, self.finished = self.finished, []
         return out
 
@@ -130,11 +119,9 @@ class Scheduler:
     def after_forward(self, batch: ScheduledBatch) -> None:
         """Publish every prefill chunk to the tree at once, so requests admitted later (and retries)
         share it instead of computing it again. Decode tokens are published when the request ends."""
-        if not self.cache_enabled:
-            return
         for req in batch.reqs[batch.n_decode :]:
             if not req.finished and req.row >= 0:
-                self._cache_unfinished(req)
+                self.cache.cache_unfinished_req(req, self.table)
 
     # -- decode room ----------------------------------------------------------------------------------
 
@@ -152,7 +139,7 @@ class Scheduler:
             if len(self.running) == 1:
                 # Nothing left to evict or retract: this request alone has filled the pool.
                 req = self.running[0]
-                self._finish(req, FinishReason.LENGTH, error=None)
+                self.finish(req, FinishReason.LENGTH)
                 continue
             self._retract(self._pick_victim(self.running))
         for req in decodes:
@@ -181,7 +168,7 @@ class Scheduler:
         return int(min(max(left, 0), RESERVE_CLIP) * self.new_token_ratio)
 
     def _order_waiting(self) -> list[Request]:
-        if self.policy == "lpm" and self.cache_enabled and len(self.waiting) <= LPM_MAX_QUEUE:
+        if self.policy == "lpm" and len(self.waiting) <= LPM_MAX_QUEUE:
             scored = [(self.cache.prefix_len(r.all_ids[:-1]), i, r) for i, r in enumerate(self.waiting)]
             scored.sort(key=lambda t: (-t[0], t[1]))
             return [r for _, _, r in scored]
@@ -194,24 +181,21 @@ class Scheduler:
             if budget <= 0 or len(self.running) >= self.max_running or self.table.num_free == 0:
                 break
             ids = req.all_ids
-            match = self.cache.match_prefix(ids[:-1]) if self.cache_enabled else None
-            if match is not None and self.kv_tier is not None:
+            match = self.cache.match_prefix(ids[:-1])
+            if self.kv_tier is not None:
                 match = self.kv_tier.extend_match(ids[:-1], match)
-            match_len = match.length if match is not None else 0
-            if self.cache_enabled and self._shares_uncached_prefix(ids, match_len, admitted):
+            match_len = match.length
+            if self._shares_uncached_prefix(ids, match_len, admitted):
                 continue
             n = min(len(ids) - match_len, budget)
-            if match is not None:
-                self.cache.lock(match.node)
+            self.cache.lock(match.node)
             available = self.pool.num_free + self.cache.evictable_size - reserved
             if n + self._reserve(req) > available and (self.running or admitted):
-                if match is not None:
-                    self.cache.unlock(match.node)
+                self.cache.unlock(match.node)
                 break
             req.row = self.table.alloc()
-            if match is not None:
-                req.last_node = match.node
-                self.table.write(req.row, 0, match.slots)
+            req.last_node = match.node
+            self.table.write(req.row, 0, match.slots)
             req.cache_len = req.kv_len = match_len
             if not self._alloc_for(req, n):
                 self._release(req)  # even evicting everything unlocked is not enough; try later
@@ -228,10 +212,11 @@ class Scheduler:
             budget -= n
         return admitted
 
-    @staticmethod
-    def _shares_uncached_prefix(ids: list[int], match_len: int, admitted: list[tuple[Request, int]]) -> bool:
+    def _shares_uncached_prefix(
+        self, ids: list[int], match_len: int, admitted: list[tuple[Request, int]]
+    ) -> bool:
         for other, _ in admitted:
-            if common_prefix_len(ids, 0, other.all_ids) - match_len >= IN_BATCH_PREFIX_MIN:
+            if self.cache.shared_prefix_len(ids, other.all_ids) - match_len >= IN_BATCH_PREFIX_MIN:
                 return True
         return False
 
@@ -248,33 +233,14 @@ class Scheduler:
 
     # -- release --------------------------------------------------------------------------------------
 
-    def _cache_unfinished(self, req: Request) -> None:
-        ids = req.all_ids[: req.kv_len]
-        slots = self.table.read(req.row, 0, req.kv_len)
-        res = self.cache.insert(ids, slots)
-        if res.prefix_len > req.cache_len:
-            self.pool.free(slots[req.cache_len : res.prefix_len])
-        match = self.cache.match_prefix(ids)
-        assert match.length == req.kv_len
-        self.table.write(req.row, 0, match.slots)
-        self.cache.lock(match.node)
-        if req.last_node is not None:
-            self.cache.unlock(req.last_node)
-        req.last_node = match.node
-        req.cache_len = req.kv_len
-
     def _release(self, req: Request, insert: bool = True) -> None:
         """Give back everything a running request holds; its computed KV goes to the tree."""
         if req.row < 0:
             return
-        private = self.table.read(req.row, req.cache_len, req.kv_len)
-        if insert and self.cache_enabled and req.kv_len > 0:
-            slots = self.table.read(req.row, 0, req.kv_len)
-            res = self.cache.insert(req.all_ids[: req.kv_len], slots)
-            dup_end = max(res.prefix_len, req.cache_len)
-            self.pool.free(slots[req.cache_len : dup_end])
+        if insert and req.kv_len > 0:
+            self.cache.cache_finished_req(req, self.table)
         else:
-            self.pool.free(private)
+            self.pool.free(self.table.read(req.row, req.cache_len, req.kv_len))
         if req.last_node is not None:
             self.cache.unlock(req.last_node)
         self.table.free(req.row)
@@ -285,36 +251,30 @@ class Scheduler:
     def finish(
         self, req: Request, reason: FinishReason, error: str | None = None, insert: bool = True
     ) -> None:
-        """Mark a running request finished and release it (called by the engine after sampling)."""
+        """The one place a request ends, whoever ends it (the core after sampling; cancellation, a full
+        pool or an engine error here): it leaves the queues, a running request's KV goes to the cache
+        (``insert``) or is freed, the reason is set, and its finish event waits in ``finished``."""
         req.finish_reason = reason
         req.error = error
         if req in self.running:
             self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
         self._release(req, insert=insert)
-
-    def _finish(self, req: Request, reason: FinishReason, error: str | None) -> None:
-        self.finish(req, reason, error)
-        self.finished.append(req)
+        self.finished.append((req, req.finish_event()))
 
     def _drop_cancelled(self) -> None:
         for req in [r for r in self.waiting if r.cancelled]:
-            self.waiting.remove(req)
-            req.finish_reason = FinishReason.CANCELLED
-            self.finished.append(req)
+            self.finish(req, FinishReason.CANCELLED)
         for req in [r for r in self.running if r.cancelled]:
-            self._finish(req, FinishReason.CANCELLED, None)
+            self.finish(req, FinishReason.CANCELLED)
 
-    def abort_all(self, error: str) -> list[Request]:
+    def abort_all(self, error: str) -> None:
         """Fail every request (after an engine error); KV computed in a failed step is not trusted."""
-        out = []
         for req in list(self.running):
             self.finish(req, FinishReason.ERROR, error, insert=False)
-            out.append(req)
-        while self.waiting:
-            req = self.waiting.popleft()
-            req.finish_reason, req.error = FinishReason.ERROR, error
-            out.append(req)
-        return out
+        for req in list(self.waiting):
+            self.finish(req, FinishReason.ERROR, error, insert=False)
 
     # -- invariants -----------------------------------------------------------------------------------
 

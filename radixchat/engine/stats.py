@@ -1,4 +1,5 @@
-"""EngineStats: everything a front end may show, as plain data (no tensors, no live objects)."""
+"""EngineStats: everything a front end may show, as plain data (no tensors, no live objects); and the
+engine's running totals (``SchedulerCounters``), which the scheduler and the KV tier add to."""
 
 from __future__ import annotations
 
@@ -84,3 +85,15 @@ class EngineStats:
     @property
     def pool_bytes(self) -> int:
         return (self.pool_capacity + 1) * self.bytes_per_token
+
+
+@dataclass(slots=True)
+class SchedulerCounters:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    computed_tokens: int = 0  # tokens fed through the model (prefill and decode)
+    generated_tokens: int = 0
+    retractions: int = 0
+    evicted_tokens: int = 0
+    loaded_tokens: int = 0  # KV loaded from the disk store into the tree
+    spilled_tokens: int = 0  # KV written to the disk store as the tree evicted it

@@ -4,7 +4,7 @@ The transformers model code is never touched. ``apply_weights`` swaps each ``nn.
 for a ``FormatLinear`` that keeps the original weight (the exact path) and, beside it, the compact copies its
 other kernels need. Every call picks its kernel by how many rows it multiplies: one per stream in a decode
 step, hundreds in a prefill chunk. Which kernel is fastest for which row count differs from machine to machine
-(a 4-bit kernel that wins on an AVX-512 CPU loses 6-9x on an AVX2 one), so a short probe measures them on the
+(a 4-bit kernel that wins on an AVX-512 CPU loses badly on an AVX2 one), so a short probe measures them on the
 model's own weights at first start, and the result is cached by CPU model and torch version.
 
 Kernels (a format is the set of kernels it may use):
@@ -46,12 +46,10 @@ FORMATS: dict[str, tuple[str, ...]] = {
 }
 WEIGHTS_CHOICES = ("auto", *FORMATS)
 # The LM head's output is the logits: rounded to bfloat16 (8-bit mantissa) or computed from 4-bit weights, the
-# top-1 token flips at 3% and 16% of positions of a teacher-forced text with SmolLM2 (float16: under 1%). So
-# the head keeps at least float16 in every format.
+# top-1 token flips far more often than with float16. So the head keeps at least float16 in every format.
 HEAD_KERNELS = ("float16", "float32")
-#: The head's kernels per format. With int4 layers the logits stay float32: on an Intel Xeon (AVX-512),
-#: int4 layers with a float16 head agreed with float32 on 97.97% of a ~300-token teacher-forced text (the
-#: quality guard asks 98%), with a float32 head on 98.99%: the 4-bit layers use the budget.
+#: The head's kernels per format. With int4 layers the logits stay float32: the 4-bit layers use up the
+#: quality guard's budget, and a float16 head on top of them falls below it.
 HEAD_FORMATS: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
     "bfloat16": HEAD_KERNELS,
@@ -59,7 +57,7 @@ HEAD_FORMATS: dict[str, tuple[str, ...]] = {
     "int4": ("float32",),
 }
 #: A lossy kernel is planned instead of float32 only when it is at least this much faster: a smaller gain
-#: is within the probe's noise and not worth the precision (the float16 head above was 8% faster).
+#: is within the probe's noise and not worth the precision.
 EXACT_MARGIN = 0.10
 INT4_GROUP = 32
 # Row counts the probe measures; a call with m rows uses the choice of the smallest bucket >= m.
@@ -475,7 +473,7 @@ def load_or_probe(model: nn.Module, cache_dir: Path, device: torch.device, progr
     """The probe's timings for this machine and these model shapes: measured once, then cached.
 
     A probe taken while the machine was busy (other work on every core: its kernels' times are the
-    scheduler's, and ``auto`` once picked float32, 7x slower than int4, that way) is used only until a
+    scheduler's, and ``auto`` once picked a much slower format that way) is used only until a
     start finds the machine quiet: that start measures again and replaces it."""
     signature = _signature(_groups(model))
     cached = read_probes(cache_dir).get(signature)

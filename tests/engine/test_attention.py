@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.kv_pool import KVPool, KVShape, ReqToTokenTable
-from radixchat.engine.model_runner import ModelRunner, ScheduledBatch
+from radixchat.engine.model_runner import ModelRunner
 from radixchat.engine.request import Request, SamplingParams
 
 ARCHS = ["llama", "qwen2", "qwen3", "mistral"]

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from radixchat.chat.engine_settings import engine_from_settings
 from radixchat.config import Settings
-from radixchat.engine import Engine, EngineConfig, SamplingParams
+from radixchat.engine import EngineConfig, SamplingParams
 from radixchat.engine.core import EngineCore
 from radixchat.engine.kernels import load_paged_attention
 from radixchat.engine.loader import describe_model
@@ -166,7 +167,7 @@ async def test_the_bundled_model_replies_alike_alone_batched_under_pressure_and_
     """The issue's experiment on the default fast path with deterministic = on: eight prompts, each alone, all
     eight at once, all eight under a pool small enough to evict and retract (160 tokens, 3 running), and each twice (the second copy
     from the radix cache): every reply equals the reply the prompt gets alone."""
-    engine = Engine.from_settings(_settings())
+    engine = engine_from_settings(_settings())
     assert engine.core.runner.unified and engine.core.decode_compiled == "off"
     assert all(len(t) == 1 for t in engine.loaded.weights.tables.values())
     async with engine:
@@ -187,7 +188,7 @@ async def test_the_bundled_model_replies_alike_alone_batched_under_pressure_and_
             sampled_alone.append((await engine.generate(p, seeded)).token_ids)
         sampled = [await h.result() for h in [engine.submit(p, seeded) for p in ids[:4]]]
         assert [c.token_ids for c in sampled] == sampled_alone
-    pressed = Engine.from_settings(_settings(kv_pool_tokens=160, max_running_requests=3))
+    pressed = engine_from_settings(_settings(kv_pool_tokens=160, max_running_requests=3))
     async with pressed:
         out = [await h.result() for h in [pressed.submit(p, GREEDY) for p in ids]]
         counters = pressed.core.scheduler.counters

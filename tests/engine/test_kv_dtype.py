@@ -11,9 +11,10 @@ import torch
 from radixchat.config import Settings
 from radixchat.engine import kv_dtype as KD
 from radixchat.engine.attention import paged_decode_usable
+from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.kernels import load_paged_attention
 from radixchat.engine.kv_pool import KVPool, KVShape, ReqToTokenTable
-from radixchat.engine.model_runner import ModelRunner, ScheduledBatch
+from radixchat.engine.model_runner import ModelRunner
 from radixchat.errors import ConfigError
 
 CPU = torch.device("cpu")

@@ -351,13 +351,13 @@ def test_a_failing_spill_turns_spilling_off_and_generation_goes_on(llama, tmp_pa
     def broken(*args):
         raise RuntimeError("a bug in encoding")
 
-    monkeypatch.setattr(core.kv_tier, "_encode_one", broken)
+    monkeypatch.setattr(core.kv_tier.spiller, "_encode", broken)
     prompts = [rand_ids(80 + i, 140) for i in range(3)]
     reqs = [core.make_request(p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in prompts]
     for req in reqs:
         core.run_until_done([req])
     core.check_integrity()
-    assert core.scheduler.counters.evicted_tokens > 0 and core.kv_tier._spill_failed
+    assert core.scheduler.counters.evicted_tokens > 0 and core.kv_tier.spiller.failed
     assert all(r.finish_reason.value == "length" for r in reqs)
     for p, req in zip(prompts, reqs):
         assert req.output_ids == hf_greedy(ref, p, 8)

@@ -2,41 +2,50 @@
 
 ``blocks`` is the file format, ``store`` the directory (index, owners, budget) over ``files`` (atomic
 writes, owner records, scans), ``fingerprint`` the model identity that keys it, and ``tier`` moves KV
-between the pool + tree and the store.
+between the pool + tree and the store, where ``spill`` writes what the tree evicts.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
+from radixchat.engine.kv_pool import KVShape
 from radixchat.engine.kvstore.blocks import Expect
 from radixchat.engine.kvstore.files import describe_os_error
 from radixchat.engine.kvstore.fingerprint import model_fingerprint
+from radixchat.engine.kvstore.spill import Spiller
 from radixchat.engine.kvstore.store import KVStore, KVStoreUsage, OwnerUsage
 from radixchat.engine.kvstore.tier import KVLoadResult, KVSaveResult, KVTier
+from radixchat.engine.loader import LoadedModel
 
 log = logging.getLogger(__name__)
 
 
-def open_tier(
-    lm: Any, pool: Any, cache: Any, counters: Any, *, root: Path, budget_bytes: int, spill: bool
-) -> KVTier | None:
-    """The KV tier for this model and pool, or None (with a logged warning) if its directory is unusable."""
+def open_store(lm: LoadedModel, shape: KVShape, root: Path, budget_bytes: int) -> KVStore | None:
+    """The store for this model's KV in ``shape`` under ``root``, or None (with a logged warning) if the
+    directory is unusable."""
     expect = Expect(
         model_fingerprint(lm),
-        str(pool.shape.dtype).removeprefix("torch."),
-        pool.shape.num_layers,
-        pool.shape.num_kv_heads,
-        pool.shape.head_dim,
+        str(shape.dtype).removeprefix("torch."),
+        shape.num_layers,
+        shape.num_kv_heads,
+        shape.head_dim,
     )
     try:
-        store = KVStore(root, expect, budget_bytes)
+        return KVStore(root, expect, budget_bytes)
     except OSError as exc:
         log.warning("KV store off: cannot use %s: %s", root, describe_os_error(exc))
         return None
-    return KVTier(store, pool, cache, counters, spill)
 
 
-__all__ = ["KVLoadResult", "KVSaveResult", "KVStore", "KVStoreUsage", "KVTier", "OwnerUsage", "open_tier"]
+__all__ = [
+    "KVLoadResult",
+    "KVSaveResult",
+    "KVStore",
+    "KVStoreUsage",
+    "KVTier",
+    "OwnerUsage",
+    "Spiller",
+    "open_store",
+]

@@ -3,8 +3,8 @@
 K/V depend on the weights, the dtype they run in, how the linear layers compute (the weights format),
 the device's kernels, and the config's position encoding. The fingerprint hashes all of those. For the
 weights it hashes, per tensor, its name, shape and dtype and 192 of its values (the first 64, the last
-64, and 64 spread evenly over the rest) from the weights as loaded in memory: a few milliseconds
-instead of reading every byte, independent of file names, paths and mtimes (a copied or re-converted
+64, and 64 spread evenly over the rest) from the weights as loaded in memory: cheap, where reading
+every byte is not, independent of file names, paths and mtimes (a copied or re-converted
 model keeps its fingerprint), and it catches any other checkpoint or fine-tune, which changes the
 values of whole tensors. A change to a handful of values in the middle of a tensor would go unnoticed;
 no real checkpoint differs that way. Runs on the engine's thread (it reads tensors).

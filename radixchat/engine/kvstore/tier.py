@@ -7,8 +7,8 @@
   the rest is computed as if nothing had been stored.
 - **Save**: an owner's path is the longest prefix of its ids whose KV is in the tree or already stored;
   blocks not stored yet are encoded from the pool and written durably, then the owner's record.
-- **Spill**: with spilling on, a leaf the tree evicts is written (not durably: it is a cache, and a
-  torn file fails its checksum) before its slots are freed, and comes back through the load path.
+- **Spill** (``spill.py``): with spilling on, a leaf the tree evicts is written to the store before its
+  slots are freed, and comes back through the load path.
 
 Everything that touches tensors, the pool or the tree runs on the engine's thread under its state lock;
 ``save`` and ``load`` take a ``run`` function that gets them there (``Engine`` passes its ``call``), and
@@ -27,18 +27,14 @@ from typing import Any
 import torch
 
 from radixchat.engine.kv_pool import KVPool
-from radixchat.engine.kvstore.blocks import (
-    BLOCK_TOKENS,
-    BadBlock,
-    BlockInfo,
-    chain_key,
-    encode,
-    full_block_keys,
-    kv_tensor,
-)
+from radixchat.engine.kvstore.blocks import BLOCK_TOKENS, BadBlock, BlockInfo, chain_key, kv_tensor
 from radixchat.engine.kvstore.files import describe_os_error
+from radixchat.engine.kvstore.spill import HEADER_BYTES, Spiller, encode_slots
 from radixchat.engine.kvstore.store import KVStore
-from radixchat.engine.radix_cache import MatchResult, RadixCache, TreeNode
+from radixchat.engine.prefix_cache import MatchResult
+from radixchat.engine.radix_cache import RadixCache
+from radixchat.engine.stats import SchedulerCounters
+from radixchat.engine.tree_node import TreeNode
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +44,6 @@ MIN_LOAD_TOKENS = 16
 # memory a long session takes besides its pool slots.
 SAVE_GROUP_BYTES = 32 << 20
 LOAD_GROUP_BYTES = 64 << 20
-HEADER_BYTES = 4096  # a generous estimate of a block file's header (the ids are in it)
 
 Run = Callable[..., Any]  # run(fn, *args): fn(*args) on the engine's thread, under its state lock
 
@@ -108,17 +103,28 @@ class _Save:
 
 
 class KVTier:
-    def __init__(self, store: KVStore, pool: KVPool, cache: RadixCache, counters: Any, spill: bool) -> None:
+    """Loads and saves KV between the pool + tree and ``store``; ``spiller`` is the tree's ``on_evict``
+    when spilling is on (the core builds it first, since the tree is built with it)."""
+
+    def __init__(
+        self,
+        store: KVStore,
+        pool: KVPool,
+        cache: RadixCache,
+        counters: SchedulerCounters,
+        spiller: Spiller | None = None,
+    ) -> None:
         self.store = store
         self.pool = pool
         self.cache = cache
-        self.counters = counters  # SchedulerCounters: loaded_tokens, spilled_tokens, evicted_tokens
-        self.spill_enabled = spill
-        self._spill_failed = False
-        self._spill_full_at = -1  # store size at which spilling last found no room (-1: it had room)
-        self.step_disk_s = 0.0  # engine-thread time spent spilling and loading during steps
-        if spill:
-            cache.on_evict = self.spill
+        self.counters = counters  # loaded_tokens, evicted_tokens
+        self.spiller = spiller
+        self.load_disk_s = 0.0  # engine-thread time spent loading during steps
+
+    @property
+    def step_disk_s(self) -> float:
+        """Engine-thread time spent on the disk during steps: loading on admission, spilling on eviction."""
+        return self.load_disk_s + (self.spiller.disk_s if self.spiller is not None else 0.0)
 
     @property
     def block_bytes_per_token(self) -> int:
@@ -167,7 +173,7 @@ class KVTier:
             self.load(ids)
         except Exception:  # a bug here must cost a prefill, not the step (and every request in it)
             log.exception("loading KV from the store failed; computing it instead")
-        self.step_disk_s += time.perf_counter() - started
+        self.load_disk_s += time.perf_counter() - started
         return self.cache.match_prefix(ids)
 
     def _plan_load(self, ids: list[int]) -> _Load | int:
@@ -316,63 +322,4 @@ class KVTier:
         return blocks, notice
 
     def _encode(self, blocks: list[_Block]) -> list[bytes]:
-        return [self._encode_one(b.key, b.parent, b.start, b.ids, b.slots) for b in blocks]  # type: ignore[arg-type]
-
-    def _encode_one(
-        self, key: str, parent: str, start: int, ids: Sequence[int], slots: torch.Tensor
-    ) -> bytes:
-        idx = slots.to(self.pool.device)
-        kv = torch.stack([torch.stack((k[idx], v[idx])) for k, v in zip(self.pool.k, self.pool.v)])
-        return encode(
-            kv.cpu().contiguous(),
-            fingerprint=self.store.expect.fingerprint,
-            key=key,
-            parent=parent,
-            start=start,
-            ids=ids,
-        )
-
-    # -- spill ----------------------------------------------------------------------------------------
-
-    def spill(self, leaf: TreeNode) -> None:
-        """Write an evicted leaf's blocks that the store does not hold yet (engine thread, in evict)."""
-        if self._spill_failed or 0 <= self._spill_full_at <= self.store.total_bytes:
-            return  # the disk failed, or the store is full of saved paths (spills never evict those)
-        self._spill_full_at = -1
-        started = time.perf_counter()
-        try:
-            self._spill(leaf)
-        except Exception:  # a bug here must not fail the step that is evicting
-            self._spill_failed = True
-            log.exception("spilling KV to the store failed; spilling is off for this run")
-        finally:
-            self.step_disk_s += time.perf_counter() - started
-
-    def _spill(self, leaf: TreeNode) -> None:
-        nodes = []
-        node: TreeNode | None = leaf
-        while node is not None and node is not self.cache.root:
-            nodes.append(node)
-            node = node.parent
-        ids = [t for n in reversed(nodes) for t in n.key]
-        slots = torch.cat([n.value for n in reversed(nodes)])
-        end = len(ids)
-        first = (end - len(leaf)) // BLOCK_TOKENS
-        parent = full_block_keys(self.store.root_key, ids, first)[-1] if first else self.store.root_key
-        for start in range(first * BLOCK_TOKENS, end, BLOCK_TOKENS):
-            seg = ids[start : start + BLOCK_TOKENS]
-            key = chain_key(parent, seg)
-            if self.store.find(parent, seg) is None:
-                size = len(seg) * self.block_bytes_per_token + HEADER_BYTES
-                if not self.store.make_room(size, evict_owners=False):
-                    self._spill_full_at = self.store.total_bytes
-                    return
-                data = self._encode_one(key, parent, start, seg, slots[start : start + len(seg)])
-                try:
-                    self.store.write(key, parent, start, seg, data, durable=False)
-                except OSError as exc:
-                    self._spill_failed = True
-                    self.store.notice(f"KV store: spilling to disk stopped: {describe_os_error(exc)}")
-                    return
-                self.counters.spilled_tokens += len(seg)
-            parent = key
+        return [encode_slots(self.pool, self.store, b.key, b.parent, b.start, b.ids, b.slots) for b in blocks]  # type: ignore[arg-type]
