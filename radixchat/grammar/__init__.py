@@ -15,7 +15,7 @@ satisfies the engine's ``TokenMatcher`` protocol. See docs/grammar.md for the de
 from __future__ import annotations
 
 from .compiler import CompiledGrammar, compile_grammar
-from .errors import GrammarError
+from .errors import GrammarError, UnenforceableSchema
 from .lint import lint_grammar
 from .matcher import GrammarMatcher
 from .schema import (
@@ -35,6 +35,7 @@ __all__ = [
     "GrammarMatcher",
     "GrammarWarning",
     "TokenizerInfo",
+    "UnenforceableSchema",
     "ToolCall",
     "compile_grammar",
     "compile_json_schema",

@@ -26,7 +26,7 @@ import re
 import sys
 import unicodedata
 
-from .errors import GrammarError
+from .errors import GrammarError, UnenforceableSchema
 
 if sys.version_info >= (3, 11):
     import re._constants as _c
@@ -143,7 +143,7 @@ def _category(cat, ascii_only: bool) -> Ranges:
         _c.CATEGORY_NOT_WORD: ("word", True),
     }
     if cat not in names:
-        raise GrammarError(f"unsupported regex category {cat}")
+        raise UnenforceableSchema(f"unsupported regex category {cat}")
     kind, neg = names[cat]
     base = _ASCII_CATS[kind] if ascii_only else _unicode_category(kind)
     return negate(base) if neg else base
@@ -238,7 +238,7 @@ def _conv(items, flags: int, where: str, pattern: str) -> Node:
                 "common.ESCAPED_STRING: use the STRING of grammars/json.lark"
             )
         else:
-            raise GrammarError(f"{where}: unsupported regex construct {op} in {pattern!r}")
+            raise UnenforceableSchema(f"{where}: unsupported regex construct {op} in {pattern!r}")
     return cat(*parts) if len(parts) != 1 else parts[0]
 
 
@@ -255,7 +255,7 @@ def _conv_in(items, icase: bool, ascii_only: bool, where: str, pattern: str) -> 
         elif op is _c.CATEGORY:
             acc.extend(_category(av, ascii_only))
         else:
-            raise GrammarError(f"{where}: unsupported class item {op} in {pattern!r}")
+            raise UnenforceableSchema(f"{where}: unsupported class item {op} in {pattern!r}")
     r = norm(acc)
     if icase:
         r = casefold(r)
