@@ -19,10 +19,9 @@ from textual.widgets import Markdown, Static
 
 from radixchat.chat.conversation import Message
 from radixchat.chat.usage import footer_from_meta
-from radixchat.tool_format import strip_tool_calls
+from radixchat.tool_format import CallFilter, strip_tool_calls
 from radixchat.tui.messages import RegenerateRequested
 from radixchat.tui.pacing import WritePacer
-from radixchat.tui.tools import CallFilter
 from radixchat.tui.widgets.message_view import MessageView
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 
