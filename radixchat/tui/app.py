@@ -43,6 +43,9 @@ class RadixChatApp(App[int]):
         super().__init__()
         self.settings = settings
         self.backend_factory = backend_factory or load_backend
+        # The config file's [keymap] as applied (binding id -> keys): F1 and the text boxes that run
+        # bindings themselves (``widgets/ordered_keys.py``) read it here, not in Textual's private state.
+        self.keymap: dict[str, str] = {}
         self.panel_interval = panel_interval
         self.chat = ChatScreen(settings, session)
         self.return_code_on_quit = 0
@@ -76,7 +79,8 @@ class RadixChatApp(App[int]):
                 self.notify(f"unknown theme '{theme}' (known: {known})", title="Config", severity="warning")
         keymap = self.settings.keymap
         if keymap:
-            self.set_keymap(keymap)
+            self.keymap = dict(keymap)
+            self.set_keymap(self.keymap)
             problem = check_keymap(keymap)
             if problem:
                 self.notify(problem, title="Config", severity="warning", timeout=10)
@@ -84,7 +88,7 @@ class RadixChatApp(App[int]):
             self.notify(self.chat.core.tools_problem, title="Config", severity="warning", timeout=10)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(binding_groups()))
+        self.push_screen(HelpScreen(binding_groups(), self.keymap))
 
     # -- the backend --------------------------------------------------------------------------------------
 

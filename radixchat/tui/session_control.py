@@ -24,7 +24,7 @@ from radixchat.tui.widgets.note import Note
 from radixchat.tui.widgets.prompt import PromptHistory
 
 # The dialogs and screens below are imported where they open: the first frame needs none of them, and
-# loading them up front costs ~40 ms of the start-up (tests/test_layering.py keeps it so).
+# loading them up front slows the start-up (tests/test_layering.py keeps it so).
 if TYPE_CHECKING:
     from radixchat.chat.modes import Mode
     from radixchat.tui.chat_core import ChatCore

@@ -1,7 +1,7 @@
 """An assistant reply: streamed as Markdown, then rendered once in full, with a stats footer.
 
 Streaming uses ``Markdown.get_stream`` (write each delta, then ``stop``) and one final ``update()``:
-per-token ``update()`` is ~100x slower, and without the final update a closed code fence can stay blank.
+per-token ``update()`` re-parses the whole reply each time, and without the final update a closed code fence can stay blank.
 A reply that calls tools shows each call as a ``ToolCallBlock`` (between its text and its footer), not
 the ``<tool_call>`` JSON it wrote.
 """
