@@ -7,7 +7,9 @@
   ``chat/local.py`` (and ``chat/loading.py``, which picks it) of the chat layer reaches the engine.
 - The remote path (``--backend URL``: the protocol, ``TurnResult``, the remote backend, batch mode) never
   imports torch or transformers, and neither does the app until the backend loads.
-- The app's modules stay small, never import torch, and each screen has its stylesheet.
+- The app's modules stay small, never import torch, and each screen has its stylesheet; ``screens/`` (the
+  dialogs the controllers open) never imports the controllers or the chat screen, and the chat screen's
+  ``ChatCore`` loads no Textual.
 """
 
 from __future__ import annotations
