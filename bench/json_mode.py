@@ -18,6 +18,7 @@ from bench.common import Models, Report, isolated, median, pct
 from bench.grammar_bench import WORKLOAD, compile_times
 from radixchat.chat.backend import grammar_for
 from radixchat.chat.local import LocalBackend
+from radixchat.chat.modes import ConstraintSpec
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 from radixchat.grammar import TokenizerInfo, compile_grammar, compile_json_schema
 
@@ -92,7 +93,7 @@ async def _e2e(models: Models, concurrency: int, rounds: int) -> tuple[float, fl
             prompts.append(conv.ids)
         con, unc = [], []
         for _ in range(rounds):
-            grammars = [grammar_for(backend, "json", schema) for _ in prompts]
+            grammars = [grammar_for(backend, ConstraintSpec("json", schema)) for _ in prompts]
             t0 = time.perf_counter()
             cres = await asyncio.gather(
                 *(engine.generate(p, SamplingParams(max_tokens=64), g) for p, g in zip(prompts, grammars))

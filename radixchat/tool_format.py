@@ -6,7 +6,8 @@
 
 One or more blocks, separated by whitespace. The grammar layer constrains replies to it
 (``radixchat.grammar.schema.tool_calls``), the chat layer runs the calls it finds, and the app shows them
-as call blocks. All three read it from here: this module needs only the standard library (no torch, no
+as call blocks (``CallFilter`` holds the blocks out of a reply while it streams). All of them read the
+format here, and nowhere else: this module needs only the standard library (no torch, no
 grammar engine), so the remote path and the app can parse calls without loading either.
 """
 
@@ -95,3 +96,51 @@ def strip_tool_calls(text: str) -> str:
 def tool_call_dicts(text: str) -> list[dict[str, Any]]:
     """The calls in ``text`` as plain ``{"name", "arguments"}`` dicts (as messages store them)."""
     return [dict(c) for c in parse_tool_calls(text).calls]
+
+
+class CallFilter:
+    """Streams a reply's text with its ``<tool_call>`` blocks held out.
+
+    ``feed`` returns the text that can be shown now. A tail that may be the start of ``<tool_call>`` is
+    held until the next delta tells; inside a block everything is dropped up to ``</tool_call>``.
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+        self.in_call = False
+        self.calls = 0  # blocks begun so far
+
+    def feed(self, delta: str) -> str:
+        text, self._held = self._held + delta, ""
+        out: list[str] = []
+        while text:
+            if self.in_call:
+                end = text.find(TOOL_CLOSE)
+                if end < 0:
+                    self._held = _partial_tail(text, TOOL_CLOSE)
+                    return "".join(out)
+                self.in_call, text = False, text[end + len(TOOL_CLOSE) :]
+                continue
+            start = text.find(TOOL_OPEN)
+            if start >= 0:
+                out.append(text[:start])
+                self.in_call, self.calls, text = True, self.calls + 1, text[start + len(TOOL_OPEN) :]
+                continue
+            tail = _partial_tail(text, TOOL_OPEN)
+            out.append(text[: len(text) - len(tail)])
+            self._held = tail
+            break
+        return "".join(out)
+
+    def flush(self) -> str:
+        """The end of the reply: a held tail that never became a tag is text after all."""
+        held, self._held = ("" if self.in_call else self._held), ""
+        return held
+
+
+def _partial_tail(text: str, tag: str) -> str:
+    """The longest end of ``text`` that is a proper prefix of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return text[-n:]
+    return ""

@@ -8,7 +8,9 @@
   from the app's settings), and ``chat/loading.py``, which picks it, of the chat layer reach the engine.
 - The remote path (``--backend URL``: the protocol, ``TurnResult``, the remote backend, batch mode) never
   imports torch or transformers, and neither does the app until the backend loads.
-- The app's modules stay small, never import torch, and each screen has its stylesheet.
+- The app's modules stay small, never import torch, and each screen has its stylesheet; ``screens/`` (the
+  dialogs the controllers open) never imports the controllers or the chat screen, and the chat screen's
+  ``ChatCore`` loads no Textual.
 """
 
 from __future__ import annotations
@@ -212,6 +214,7 @@ import asyncio, sys
 sys.path.insert(0, {root!r})
 from tests.remote.fake_server import FakeServer
 from radixchat.chat.backend import grammar_for, sampling_params
+from radixchat.chat.modes import ConstraintSpec
 from radixchat.chat.loading import load_backend
 from radixchat.chat.tool_turn import run_tool_turn
 from radixchat.chat.tools import ToolContext, ToolRegistry, allow_listed
@@ -224,7 +227,7 @@ async def main():
     await backend.start()
     conv = backend.new_conversation(system="Be brief.")
     conv.add_user("Hi")
-    json_mode = grammar_for(backend, "json", {{"type": "object"}})
+    json_mode = grammar_for(backend, ConstraintSpec("json", {{"type": "object"}}))
     result = await backend.reply(conv, sampling_params(settings), json_mode).result()
     registry = ToolRegistry.from_config([])
     turn = await run_tool_turn(backend, conv, "Again", sampling_params(settings), registry.select(None),
@@ -280,3 +283,30 @@ def test_modules_stay_small_and_each_screen_has_its_stylesheet():
     for path in (TUI / "screens").glob("*.py"):
         if path.name != "__init__.py":
             assert path.with_suffix(".tcss").exists(), path
+
+
+# The app's controllers and what they drive: modules above the dialogs the controllers open.
+TUI_CONTROLLERS = (
+    "radixchat.tui.app",
+    "radixchat.tui.chat_screen",
+    "radixchat.tui.chat_core",
+    "radixchat.tui.turn_control",
+    "radixchat.tui.session_control",
+    "radixchat.tui.tool_turn_view",
+    "radixchat.tui.lenient",
+    "radixchat.tui.host",
+)
+
+
+def test_the_screens_never_import_the_controllers_or_the_chat_screen():
+    """``screens/`` holds the dialogs the controllers open; no arrow points back up, not even for type
+    hints or inside a function."""
+    for name in layer("radixchat.tui.screens"):
+        bad = sorted({what for what, _ in IMPORTS[name] if what in TUI_CONTROLLERS})
+        assert not bad, f"{name} imports {bad}"
+
+
+def test_the_chat_core_needs_no_textual():
+    """What the chat screen decides (the backend, the mode's constraint, the tools offered) runs without
+    Textual, so it can be read and tested as plain Python."""
+    assert "textual" not in loaded_with("radixchat.tui.chat_core")

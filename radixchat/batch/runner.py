@@ -13,6 +13,7 @@ from radixchat.batch.input import BatchLine, Job, id_note
 from radixchat.batch.output import Progress, Writer, record
 from radixchat.chat.backend import ChatBackend, TurnResult, grammar_for, sampling_params
 from radixchat.chat.conversation import Conversation
+from radixchat.chat.modes import ConstraintSpec
 from radixchat.chat.schema_check import schema_errors
 from radixchat.chat.session import SamplingSettings, SessionFile, conversation_from_session, load_session
 from radixchat.chat.session_state import SessionState, ToolChoice
@@ -108,9 +109,8 @@ class BatchRunner:
             plan.run_tool_choice = spec.tool_choice if spec.tool_choice is not None else "auto"
         # Compiling checks the schema / tools before any turn runs; each turn gets a fresh matcher.
         decls = [t.schema() for t in plan.tools] or None
-        await asyncio.to_thread(
-            grammar_for, backend, mode, plan.schema, decls, plan.run_tool_choice, plan.lenient
-        )
+        spec = ConstraintSpec(mode, plan.schema, decls, plan.run_tool_choice, plan.lenient)
+        await asyncio.to_thread(grammar_for, backend, spec)
         return plan
 
     async def _run(self, job: Job) -> None:
@@ -179,9 +179,8 @@ class BatchRunner:
             )
             return tool_turn.final, tool_turn
         plan.conv.add_user(text)
-        grammar = await asyncio.to_thread(
-            grammar_for, self.backend, plan.mode, plan.schema, lenient=plan.lenient
-        )
+        spec = ConstraintSpec(plan.mode, plan.schema, lenient=plan.lenient)
+        grammar = await asyncio.to_thread(grammar_for, self.backend, spec)
         return await self.backend.reply(plan.conv, plan.params, grammar).result(), None
 
     def _write(self, job: Job, plan: Plan, session: SessionFile, kv: bool = False) -> None:

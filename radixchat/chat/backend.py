@@ -24,16 +24,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from radixchat.chat.conversation import ChatFormat, ContextOverflow, Conversation, Message
-from radixchat.chat.modes import MODES, Mode, ModeError
+from radixchat.chat.modes import MODES, ConstraintSpec, ModeError
 from radixchat.chat.usage import UsageTotals, decorate_footer, usage_footer
 from radixchat.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from radixchat.engine.stats import EngineStats
 
-# What a backend applies to one reply to constrain it (``ChatBackend.constraint``): a grammar matcher for
-# the in-process engine, request fields for a remote server. Opaque to front ends: they pass it back.
-Constraint = Any
+
+class MatcherConstraint(Protocol):
+    """The in-process engine's constraint: a grammar matcher fed each generated token (the engine's
+    ``TokenMatcher``, which the chat layer does not import)."""
+
+    def advance(self, token_id: int) -> None: ...
+    def is_accepting(self) -> bool: ...
+    def is_terminated(self) -> bool: ...
+
+
+# A remote server's constraint: the request fields its API takes (``response_format``, ``tools``, ...).
+RequestFields = dict[str, Any]
+
+# What a backend applies to one reply to constrain it (``ChatBackend.constraint``). Opaque to front ends:
+# they pass it back to the backend that made it.
+Constraint = MatcherConstraint | RequestFields
 
 
 @dataclass(slots=True)
@@ -136,24 +149,17 @@ class ChatBackend(ABC):
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
         """An empty conversation in this backend's format (with ``system`` as its first message)."""
 
-    def constraint(
-        self,
-        mode: Mode,
-        *,
-        schema: Any = None,
-        tools: list[dict] | None = None,
-        tool_choice: str | dict = "auto",
-        lenient: bool = False,
-        max_calls: int = 1,
-    ) -> Constraint:
-        """A fresh constraint for one reply in ``mode`` (``json`` or ``tool``; see ``grammar_for``).
-        ``lenient``: enforce what the constraint can of the schema and leave the rest to the check of the
-        finished reply (``schema_check.schema_errors``) instead of refusing it.
-        May block for a while (compiling a grammar): call it off the event loop. Raises ModeError."""
-        raise ModeError(f"{mode} mode is not available with this backend")
+    def constraint(self, spec: ConstraintSpec) -> Constraint:
+        """A fresh constraint for one reply as ``spec`` says (mode ``json`` or ``tool``; see
+        ``grammar_for``). May block for a while (compiling a grammar): call it off the event loop.
+        Raises ModeError: ``UnenforceableSchemaError`` where strict JSON mode refuses a schema that
+        lenient mode could run."""
+        raise ModeError(f"{spec.mode} mode is not available with this backend")
 
     @abstractmethod
-    def reply(self, conv: Conversation, params: SamplingParams, constraint: Constraint = None) -> Reply:
+    def reply(
+        self, conv: Conversation, params: SamplingParams, constraint: Constraint | None = None
+    ) -> Reply:
         """Start generating the reply to the conversation's last (user or tool) message. First, where
         ``context_tokens`` is known, the conversation is fitted to it (``fit_context``: earlier turns may
         leave the context; the result's ``dropped_turns`` says how many). Raises RadixchatError
@@ -208,28 +214,18 @@ class ChatBackend(ABC):
         """Usage over every reply so far (the batch summary, and the panels without engine stats)."""
 
 
-def grammar_for(
-    backend: ChatBackend,
-    mode: Mode,
-    schema: Any = None,
-    tools: list[dict] | None = None,
-    tool_choice: str | dict = "auto",
-    lenient: bool = False,
-    max_calls: int = 1,
-) -> Constraint | None:
-    """The constraint for one reply in ``mode`` (None: unconstrained chat). Compiling may take ~0.2 s the
-    first time for a tokenizer (its token table) and ~20 ms per new schema, so front ends call it off the
-    event loop. Raises ModeError.
+def grammar_for(backend: ChatBackend, spec: ConstraintSpec) -> Constraint | None:
+    """The constraint for one reply as ``spec`` says (None: unconstrained chat). Compiling a grammar takes
+    a while the first time for a tokenizer (its token table) and for each new schema, so front ends call
+    it off the event loop. Raises ModeError.
 
-    ``lenient``: schema keywords the grammar cannot enforce (``uniqueItems``, ``not``, ...) are left to
-    a ``jsonschema`` check of the finished reply (``schema_check.schema_errors``) instead of refused."""
-    if mode == "chat":
+    ``spec.lenient``: schema keywords the grammar cannot enforce (``uniqueItems``, ``not``, ...) are left
+    to a ``jsonschema`` check of the finished reply (``schema_check.schema_errors``) instead of refused."""
+    if spec.mode == "chat":
         return None
-    if mode not in MODES:
-        raise ModeError(f"unknown mode '{mode}' (choose from {', '.join(MODES)})")
-    return backend.constraint(
-        mode, schema=schema, tools=tools, tool_choice=tool_choice, lenient=lenient, max_calls=max_calls
-    )
+    if spec.mode not in MODES:
+        raise ModeError(f"unknown mode '{spec.mode}' (choose from {', '.join(MODES)})")
+    return backend.constraint(spec)
 
 
 def sampling_params(settings: Any, **overrides: Any) -> SamplingParams:

@@ -341,9 +341,3 @@ class Conversation:
         conv = Conversation(self.fmt, tools=self.tools, messages=copy.deepcopy(self.messages[:n_messages]))
         conv.context_overflow = self.context_overflow
         return conv
-
-    def pop_reply(self) -> Message:
-        """Remove the last assistant message (to regenerate it)."""
-        if not self.messages or self.messages[-1].role != "assistant":
-            raise ChatTemplateError("the conversation does not end with a reply")
-        return self.messages.pop()

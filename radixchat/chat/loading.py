@@ -23,10 +23,10 @@ _settle_heap = False  # see settled_heap
 @contextmanager
 def settled_heap() -> Iterator[None]:
     """For a process that runs one front end (the CLI): a local backend loaded within this block then takes
-    what is on the heap (torch, transformers, the model: ~450k objects) out of Python's cyclic garbage
-    collector with ``gc.freeze()``. A full collection over that heap took ~270 ms holding the GIL: in the
-    chat app one came in every ~128-token reply and stopped the engine for its whole length. Objects are
-    given back to the collector when the block ends (before the interpreter's own teardown)."""
+    what is on the heap (torch, transformers, the model) out of Python's cyclic garbage collector with
+    ``gc.freeze()``. A full collection over that heap holds the GIL for long, and in the chat app one came
+    often enough to stall the engine's decoding for a whole reply. Objects are given back to the collector
+    when the block ends (before the interpreter's own teardown)."""
     global _settle_heap
     _settle_heap = True
     try:
@@ -48,7 +48,7 @@ def load_backend(settings: Settings, progress: Progress = lambda _: None) -> Cha
     from radixchat.chat.local import LocalBackend
 
     backend = LocalBackend.from_settings(settings, progress)
-    if _settle_heap:  # no gc.collect() first: it found 20 objects after a load, in 0.29 s of GIL
+    if _settle_heap:  # no gc.collect() first: after a load it finds next to nothing, at a full pass's cost
         # the grammar engine's modules (Lark, jsonschema) too, or JSON and tool modes import them later,
         # into the heap each full collection walks, for the rest of the process
         import radixchat.grammar  # noqa: F401

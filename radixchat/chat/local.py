@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from radixchat.chat.backend import ChatBackend, LoadedKV, StoredKV, TurnResult
 from radixchat.chat.conversation import ChatFormat, ContextOverflow, Conversation
 from radixchat.chat.engine_settings import engine_from_settings
-from radixchat.chat.modes import Mode, ModeError
+from radixchat.chat.modes import ConstraintSpec, ModeError, UnenforceableSchemaError
 from radixchat.chat.usage import UsageTotals
 from radixchat.engine import (
     Engine,
@@ -97,34 +97,35 @@ class GrammarService:
                 log.warning("cannot save the grammar mask cache %s: %s", path, exc)
                 tmp.unlink(missing_ok=True)
 
-    def matcher(
-        self,
-        mode: Mode,
-        schema: Any = None,
-        tools: list[dict] | None = None,
-        tool_choice: str | dict = "auto",
-        lenient: bool = False,
-        max_calls: int = 1,
-    ) -> Any:
+    def matcher(self, spec: ConstraintSpec) -> TokenMatcher:
+        """A fresh matcher for one reply as ``spec`` says (mode ``json`` or ``tool``). Raises ModeError."""
         from radixchat.grammar import (
             GrammarError,
             GrammarWarning,
+            UnenforceableSchema,
             compile_json_schema,
             compile_tool_call_grammar,
         )
 
+        mode = spec.mode
         try:
             if mode == "json":
                 with warnings.catch_warnings():  # lenient: what it ignores is the grammar's not_enforced
                     warnings.simplefilter("ignore", GrammarWarning)
-                    return compile_json_schema(schema, self.info, lenient=lenient).matcher()
+                    return compile_json_schema(spec.schema, self.info, lenient=spec.lenient).matcher()
             if mode == "tool":
-                if not tools:
+                if not spec.tools:
                     raise ModeError("tool mode needs at least one declared tool")
                 grammar = compile_tool_call_grammar(
-                    tools, self.info, tool_choice=tool_choice, lenient=lenient, max_calls=max_calls
+                    spec.tools,
+                    self.info,
+                    tool_choice=spec.tool_choice,
+                    lenient=spec.lenient,
+                    max_calls=spec.max_calls,
                 )
                 return grammar.matcher()
+        except UnenforceableSchema as exc:
+            raise UnenforceableSchemaError(f"{mode} mode: {exc}") from None
         except GrammarError as exc:
             raise ModeError(f"{mode} mode: {exc}") from None
         raise ModeError(f"unknown mode '{mode}'")
@@ -224,19 +225,10 @@ class LocalBackend(ChatBackend):
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
         return Conversation(self.fmt, system=system, tools=tools)
 
-    def constraint(
-        self,
-        mode: Mode,
-        *,
-        schema: Any = None,
-        tools: list[dict] | None = None,
-        tool_choice: str | dict = "auto",
-        lenient: bool = False,
-        max_calls: int = 1,
-    ) -> TokenMatcher:
-        """A fresh grammar matcher for one reply in ``mode`` (see ``backend.grammar_for``). Compiled on the
-        engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
-        return self.engine.call(self.grammars.matcher, mode, schema, tools, tool_choice, lenient, max_calls)
+    def constraint(self, spec: ConstraintSpec) -> TokenMatcher:
+        """A fresh grammar matcher for one reply as ``spec`` says (see ``backend.grammar_for``). Compiled
+        on the engine's thread, like all torch work (see ``Engine``); blocks the caller until it is done."""
+        return self.engine.call(self.grammars.matcher, spec)
 
     def reply(
         self, conv: Conversation, params: SamplingParams, constraint: TokenMatcher | None = None

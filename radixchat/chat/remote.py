@@ -30,9 +30,9 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from radixchat.chat.backend import ChatBackend
+from radixchat.chat.backend import ChatBackend, RequestFields
 from radixchat.chat.conversation import Conversation, Message
-from radixchat.chat.modes import Mode, ModeError
+from radixchat.chat.modes import ConstraintSpec, ModeError
 from radixchat.chat.remote_link import ServerLink
 from radixchat.chat.remote_reply import RemoteReply
 from radixchat.chat.usage import UsageTotals
@@ -155,18 +155,11 @@ class RemoteBackend(ChatBackend):
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
         return Conversation(self.fmt, system=system, tools=tools)  # type: ignore[arg-type]
 
-    def constraint(
-        self,
-        mode: Mode,
-        *,
-        schema: Any = None,
-        tools: list[dict] | None = None,
-        tool_choice: str | dict = "auto",
-        lenient: bool = False,
-        max_calls: int = 1,
-    ) -> dict[str, Any]:
-        """Request fields for one reply in ``mode`` (see ``backend.grammar_for``). Raises ModeError.
-        ``lenient`` changes nothing here: the server enforces what it can, the reply is checked after."""
+    def constraint(self, spec: ConstraintSpec) -> RequestFields:
+        """Request fields for one reply as ``spec`` says (see ``backend.grammar_for``). Raises ModeError.
+        ``spec.lenient`` changes nothing here: the server enforces what it can, the reply is checked
+        after, so no schema is refused as unenforceable (``UnenforceableSchemaError``)."""
+        mode, schema, tools = spec.mode, spec.schema, spec.tools
         if mode == "json":
             if schema is None or schema is True or schema == {}:
                 return {"response_format": {"type": "json_object"}}
@@ -176,18 +169,18 @@ class RemoteBackend(ChatBackend):
         if mode == "tool":
             if not tools:
                 raise ModeError("tool mode needs at least one declared tool")
-            choice: str | dict = tool_choice
-            if isinstance(tool_choice, dict):
-                choice = {"type": "function", "function": {"name": tool_choice["name"]}}
+            choice: str | dict = spec.tool_choice
+            if isinstance(choice, dict):
+                choice = {"type": "function", "function": {"name": choice["name"]}}
             return {
                 "tools": [{"type": "function", "function": t} for t in tools],
                 "tool_choice": choice,
-                "parallel_tool_calls": max_calls > 1,
+                "parallel_tool_calls": spec.max_calls > 1,
             }
         raise ModeError(f"unknown mode '{mode}'")
 
     def reply(
-        self, conv: Conversation, params: SamplingParams, constraint: dict[str, Any] | None = None
+        self, conv: Conversation, params: SamplingParams, constraint: RequestFields | None = None
     ) -> RemoteReply:
         """Start streaming the reply to the conversation's last message (needs a running event loop)."""
         if not conv.messages or conv.messages[-1].role not in ("user", "tool"):

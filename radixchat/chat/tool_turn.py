@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult, grammar_for
 from radixchat.chat.conversation import Conversation
+from radixchat.chat.modes import ConstraintSpec
 from radixchat.chat.tools import Consent, Tool, ToolCallRecord, ToolContext, ToolRegistry
 from radixchat.sampling import SamplingParams
 from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN, strip_tool_calls, tool_call_dicts
@@ -86,9 +87,8 @@ async def run_tool_turn(
             break
         if round_no == max_rounds:
             choice = "none"
-        grammar = await asyncio.to_thread(
-            grammar_for, backend, "tool", tools=grammar_decls, tool_choice=choice, max_calls=max_calls
-        )
+        spec = ConstraintSpec("tool", tools=grammar_decls, tool_choice=choice, max_calls=max_calls)
+        grammar = await asyncio.to_thread(grammar_for, backend, spec)
         result = await on_reply(backend.reply(conv, params, grammar))
         if turn is None:
             turn = ToolTurn(result)

@@ -27,7 +27,7 @@ The package stands beside the engine and never imports it; a matcher satisfies t
 from __future__ import annotations
 
 from .compiler import CompiledGrammar, compile_grammar
-from .errors import GrammarError
+from .errors import GrammarError, UnenforceableSchema
 from .lint import lint_grammar
 from .matcher import GrammarMatcher
 from .run_cache import RunCache
@@ -49,6 +49,7 @@ __all__ = [
     "GrammarWarning",
     "RunCache",
     "TokenizerInfo",
+    "UnenforceableSchema",
     "ToolCall",
     "compile_grammar",
     "compile_json_schema",

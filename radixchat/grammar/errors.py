@@ -13,3 +13,9 @@ class GrammarError(ValueError):
 
 class TooManyStates(GrammarError):
     """A grammar's parser would need more states than its limit (``max_states``)."""
+
+
+class UnenforceableSchema(GrammarError):
+    """A JSON Schema uses what the grammar cannot enforce: an unsupported keyword, format or pattern
+    construct, or ``oneOf`` branches not provably disjoint. Front ends may offer to run the schema
+    leniently instead (``lenient=True``), leaving what is not enforced to a check of the finished reply."""

@@ -26,7 +26,7 @@ import re
 import sys
 import unicodedata
 
-from .errors import GrammarError
+from .errors import GrammarError, UnenforceableSchema
 
 # Python's own regex parser and its opcodes (private modules of ``re``, public under their old names
 # before 3.11): patterns are parsed exactly as ``re`` parses them. Public here for ``schema``'s patterns.
@@ -137,7 +137,7 @@ def _category(cat, ascii_only: bool) -> Ranges:
         sre_constants.CATEGORY_NOT_WORD: ("word", True),
     }
     if cat not in names:
-        raise GrammarError(f"unsupported regex category {cat}")
+        raise UnenforceableSchema(f"unsupported regex category {cat}")
     kind, neg = names[cat]
     base = _ASCII_CATS[kind] if ascii_only else unicode_category(kind)
     return negate(base) if neg else base
@@ -245,7 +245,7 @@ def sre_to_ast(items, flags: int, where: str, pattern: str) -> Node:
                 "common.ESCAPED_STRING: use the STRING of grammars/json.lark"
             )
         else:
-            raise GrammarError(f"{where}: unsupported regex construct {op} in {pattern!r}")
+            raise UnenforceableSchema(f"{where}: unsupported regex construct {op} in {pattern!r}")
     return cat(*parts) if len(parts) != 1 else parts[0]
 
 
@@ -262,7 +262,7 @@ def _conv_in(items, icase: bool, ascii_only: bool, where: str, pattern: str) -> 
         elif op is sre_constants.CATEGORY:
             acc.extend(_category(av, ascii_only))
         else:
-            raise GrammarError(f"{where}: unsupported class item {op} in {pattern!r}")
+            raise UnenforceableSchema(f"{where}: unsupported class item {op} in {pattern!r}")
     r = norm(acc)
     if icase:
         r = casefold(r)

@@ -1,6 +1,6 @@
 """The chat app: settings, loading the backend, theme and keymap, and the panel timer.
 
-Everything about the conversation lives on the chat screen (``screens/chat.py``), the app's default
+Everything about the conversation lives on the chat screen (``chat_screen.py``), the app's default
 screen: App → ChatScreen → widgets. The backend (engine + model, or a remote server) loads in a thread worker
 while the window is already up and typeable; model steps run in the engine's own thread, so the event
 loop only moves text and numbers.
@@ -17,17 +17,17 @@ from radixchat.config import Settings
 from radixchat.errors import RadixchatError
 from radixchat.exit_codes import ExitCode
 from radixchat.tui.backend import BackendFactory, load_backend
+from radixchat.tui.chat_screen import ChatScreen
 from radixchat.tui.commands import ChatCommands
 from radixchat.tui.keymap import APP_BINDINGS, binding_groups, check_keymap
 from radixchat.tui.messages import ChatShown, EngineFailed, EngineProgress, EngineReady
-from radixchat.tui.screens.chat import ChatScreen
 from radixchat.tui.screens.help import HelpScreen
 
 
 class RadixChatApp(App[int]):
     # Textual reads the CSS_PATH of screens it pushes, not of the default screen: the chat screen's is
     # read here.
-    CSS_PATH = "screens/chat.tcss"
+    CSS_PATH = "chat_screen.tcss"
     TITLE = "radixchat"
     COMMANDS = App.COMMANDS | {ChatCommands}
     BINDINGS = APP_BINDINGS
@@ -43,10 +43,18 @@ class RadixChatApp(App[int]):
         super().__init__()
         self.settings = settings
         self.backend_factory = backend_factory or load_backend
+        # The config file's [keymap] as applied (binding id -> keys): F1 and the text boxes that run
+        # bindings themselves (``widgets/ordered_keys.py``) read it here, not in Textual's private state.
+        self.keymap: dict[str, str] = {}
         self.panel_interval = panel_interval
-        self.backend: ChatBackend | None = None
         self.chat = ChatScreen(settings, session)
         self.return_code_on_quit = 0
+
+    @property
+    def backend(self) -> ChatBackend | None:
+        """The loaded backend (None until then, and once shut down). Its one owner is the chat screen's
+        ``ChatCore``; the app only loads it and closes it."""
+        return self.chat.core.backend
 
     def get_default_screen(self) -> ChatScreen:
         return self.chat
@@ -71,15 +79,16 @@ class RadixChatApp(App[int]):
                 self.notify(f"unknown theme '{theme}' (known: {known})", title="Config", severity="warning")
         keymap = self.settings.keymap
         if keymap:
-            self.set_keymap(keymap)
+            self.keymap = dict(keymap)
+            self.set_keymap(self.keymap)
             problem = check_keymap(keymap)
             if problem:
                 self.notify(problem, title="Config", severity="warning", timeout=10)
-        if self.chat.tools_problem:
-            self.notify(self.chat.tools_problem, title="Config", severity="warning", timeout=10)
+        if self.chat.core.tools_problem:
+            self.notify(self.chat.core.tools_problem, title="Config", severity="warning", timeout=10)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(binding_groups()))
+        self.push_screen(HelpScreen(binding_groups(), self.keymap))
 
     # -- the backend --------------------------------------------------------------------------------------
 
@@ -108,15 +117,13 @@ class RadixChatApp(App[int]):
     async def on_engine_ready(self, event: EngineReady) -> None:
         backend = event.backend
         await backend.start()
-        self.backend = backend
         await self.chat.backend_ready(backend)
 
     async def shutdown(self) -> None:
         if self.chat.in_flight is not None:
             self.chat.in_flight.cancel()
-        if self.backend is not None:
-            backend, self.backend = self.backend, None
-            self.chat.backend = None
+        backend = self.chat.core.release()
+        if backend is not None:
             await backend.aclose()
 
     async def action_quit(self) -> None:

@@ -9,7 +9,7 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from radixchat.tui.screens.chat import ChatScreen
+from radixchat.tui.chat_screen import ChatScreen
 
 # (title, help, action run on the chat screen)
 COMMANDS: list[tuple[str, str, str]] = [

@@ -29,8 +29,8 @@ APP_BINDINGS: list[BindingType] = [
 
 def binding_groups() -> list[tuple[str, Sequence[BindingType]]]:
     """(group title, bindings) for every screen and widget, in the order F1 shows them."""
+    from radixchat.tui.chat_screen import ChatScreen
     from radixchat.tui.screens.branches import BranchesScreen
-    from radixchat.tui.screens.chat import ChatScreen
     from radixchat.tui.screens.consent import ConsentScreen
     from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
     from radixchat.tui.screens.help import HelpScreen

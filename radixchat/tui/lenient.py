@@ -3,8 +3,10 @@ enforce is offered to run leniently (a dialog); once the user agrees, a notice l
 enforced while generating, and each finished reply is checked against the whole schema with
 ``jsonschema`` (``chat/schema_check.py``), its breaches shown as a notice.
 
-The functions work on a ``LenientHost`` (the chat screen) through the members the protocol names
-(``tui/host.py``), so this module does not import the screen.
+The functions read and set the session's ``ChatState`` and show what they do through a ``LenientHost``
+(the chat screen), using only the members the protocol names (``tui/host.py``), so this module does not
+import the screen. Lenient mode is offered on the refusal's type (``UnenforceableSchemaError``), never
+on its words.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
+from radixchat.chat.modes import ModeError, UnenforceableSchemaError
 from radixchat.chat.schema_check import schema_errors, unenforced_keywords
 from radixchat.tui.host import ChatHost
 
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
 
     from radixchat.chat.backend import TurnResult
     from radixchat.chat.modes import Mode
+    from radixchat.tui.state import ChatState
 
 
 class LenientHost(ChatHost, Protocol):
@@ -31,10 +35,9 @@ class LenientHost(ChatHost, Protocol):
     def run_worker(self, work: Coroutine[Any, Any, Any]) -> Worker[Any]: ...
 
 
-def offer_lenient(host: LenientHost, problem: str) -> bool:
+def offer_lenient(host: LenientHost, s: ChatState, problem: ModeError) -> bool:
     """A strict schema failed on what only lenient mode can run: ask the user (True: asked)."""
-    s = host.state
-    if s.mode != "json" or s.lenient or not ("unsupported " in problem or "not provably" in problem):
+    if s.mode != "json" or s.lenient or not isinstance(problem, UnenforceableSchemaError):
         return False
 
     def answer(yes: bool | None) -> None:
@@ -52,9 +55,8 @@ def offer_lenient(host: LenientHost, problem: str) -> bool:
     return True
 
 
-def lenient_notice(host: LenientHost) -> None:
+def lenient_notice(host: LenientHost, s: ChatState) -> None:
     """In lenient JSON mode: say which of the schema's keywords are checked only after each reply."""
-    s = host.state
     if s.mode == "json" and s.lenient:
         missing = unenforced_keywords(s.schema) or ["a oneOf whose branches may overlap"]
         host.notify(
@@ -65,9 +67,8 @@ def lenient_notice(host: LenientHost) -> None:
         )
 
 
-async def check_reply(host: LenientHost, result: TurnResult) -> None:
+async def check_reply(host: LenientHost, s: ChatState, result: TurnResult) -> None:
     """In lenient JSON mode: show what a finished reply breaks of the schema (nothing when valid)."""
-    s = host.state
     if s.mode == "json" and s.lenient:
         errors = await asyncio.to_thread(schema_errors, s.schema, result.message.content)
         if errors:

@@ -1,11 +1,10 @@
 """How often a streaming reply is redrawn: as often as the UI thread can afford.
 
 Every write of a streaming reply costs the app's thread a frame or two: Textual lays the screen out again
-(the reply grew) and re-renders every widget that moved, ~25 ms a frame on a 2-core laptop-class CPU. That
-thread shares the GIL and the cores with the local engine, so each millisecond it spends is about a
-millisecond the engine does not decode (issue 11: at five writes a second the app decoded at 0.75-0.89x
-of batch mode). A fixed rate is wrong on both sides: smooth and nearly free on a fast machine, a
-quarter of the decode speed on a slow one. So the pace is measured: after each write, the next waits
+(the reply grew) and re-renders every widget that moved. That thread shares the GIL and the cores with
+the local engine, so each millisecond it spends is about a millisecond the engine does not decode (issue
+11). A fixed rate is wrong on both sides: smooth and nearly free on a fast machine, a large share of the
+decode speed on a slow one. So the pace is measured: after each write, the next waits
 until the app thread's CPU time since the previous write is at most ``share`` of the wall time, within
 ``[fastest, slowest]`` seconds.
 """

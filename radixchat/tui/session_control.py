@@ -1,9 +1,11 @@
 """The chat screen's session actions: save (as), open, new chat, export, and the per-session settings
 (system prompt and sampling on F2, the offered tools and tool_choice on F4 in tool mode).
 
-``SessionControl`` works on a ``SessionHost`` (the chat screen) through the members the protocol names
-(``tui/host.py``), so this module does not import the screen. Files are written by the host's ``SessionKeeper`` (atomic, one
-at a time, in a thread); a failed save is said in a notification, never lost silently.
+``SessionControl`` changes what the screen's ``ChatCore`` holds (the session state, the pending session)
+and shows it through a ``SessionHost`` (the chat screen), using only the members the protocol names
+(``tui/host.py``), so this module does not import the screen. Files are written by the core's
+``SessionKeeper`` (atomic, one at a time, in a thread); a failed save is said in a notification, never
+lost silently.
 """
 
 from __future__ import annotations
@@ -22,40 +24,38 @@ from radixchat.tui.widgets.note import Note
 from radixchat.tui.widgets.prompt import PromptHistory
 
 # The dialogs and screens below are imported where they open: the first frame needs none of them, and
-# loading them up front costs ~40 ms of the start-up (tests/test_layering.py keeps it so).
+# loading them up front slows the start-up (tests/test_layering.py keeps it so).
 if TYPE_CHECKING:
     from radixchat.chat.modes import Mode
+    from radixchat.tui.chat_core import ChatCore
     from radixchat.tui.screens.tools import ToolSetup
-    from radixchat.tui.session_store import SessionKeeper
     from radixchat.tui.widgets.welcome import Welcome
 
 
 class SessionHost(ChatHost, Protocol):
     """What the session actions use of the chat screen."""
 
-    keeper: SessionKeeper
-    pending_session: SessionFile | None  # opened once the backend is ready
-
     def welcome(self) -> Welcome: ...
     def refresh_panels(self) -> None: ...
-    async def probe_mode(self) -> None: ...
     async def action_set_mode(self, mode: Mode) -> None: ...
     async def stop_reply(self) -> None: ...
 
 
 class SessionControl:
-    def __init__(self, host: SessionHost) -> None:
+    def __init__(self, core: ChatCore, host: SessionHost) -> None:
+        self.core = core
+        self.keeper = core.keeper
         self.host = host
 
     @property
     def folder(self) -> Path:
-        return self.host.keeper.folder
+        return self.keeper.folder
 
     async def write(self, name: str, replaces: Path | None = None) -> Path | None:
         """Save the open session as ``name`` (then remove ``replaces``); on failure notify and return None."""
-        before = self.host.keeper.kv_notice
+        before = self.keeper.kv_notice
         try:
-            path = await self.host.keeper.write(name, replaces)
+            path = await self.keeper.write(name, replaces)
         except (OSError, ValueError) as exc:
             self.host.notify(f"cannot save session '{name}': {exc}", title="Save failed", severity="error")
             return None
@@ -64,11 +64,11 @@ class SessionControl:
 
     async def autosave(self) -> None:
         """After each completed turn: save under the session's name (made up the first time)."""
-        before = self.host.keeper.kv_notice
+        before = self.keeper.kv_notice
         try:
-            saved = await self.host.keeper.autosave()
+            saved = await self.keeper.autosave()
         except (OSError, ValueError) as exc:
-            name = self.host.state.session_name
+            name = self.core.state.session_name
             self.host.notify(f"cannot save session '{name}': {exc}", title="Save failed", severity="error")
             saved = True
         if saved:
@@ -77,14 +77,14 @@ class SessionControl:
 
     def kv_notice(self, before: str | None) -> None:
         """Say (once, as a warning) that the last save stored the session but not all its KV."""
-        notice = self.host.keeper.kv_notice
+        notice = self.keeper.kv_notice
         if notice and notice != before:
             self.host.notify(notice, title="KV store", severity="warning", timeout=4)
 
     async def save(self, ask: bool = False) -> None:
         """Save, asking for a name the first time (or with ``ask``); a made-up name is renamed, not copied.
         Runs in a worker (it waits for dialogs)."""
-        host, s = self.host, self.host.state
+        host, s = self.host, self.core.state
         if s.conv is None:
             return
         name = s.session_name
@@ -111,7 +111,7 @@ class SessionControl:
 
     def browse(self) -> None:
         """The session browser; the session chosen there is opened."""
-        host, s = self.host, self.host.state
+        host, core, s = self.host, self.core, self.core.state
 
         def renamed(old: str, new: str) -> None:
             if s.session_name == old:
@@ -135,17 +135,17 @@ class SessionControl:
 
         from radixchat.tui.screens.sessions import SessionsScreen
 
-        screen = SessionsScreen(self.folder, s.session_name, renamed, deleted, backend=host.backend)
+        screen = SessionsScreen(self.folder, s.session_name, renamed, deleted, backend=core.backend)
         host.app.push_screen(screen, chosen)
 
     async def open(self, session: SessionFile) -> None:
         """Show ``session``; once the backend is ready, continue it and warm the cache with its history."""
-        host, s = self.host, self.host.state
+        host, core, s = self.host, self.core, self.core.state
         await host.stop_reply()
         s.adopt(session)
-        backend = host.backend
+        backend = core.backend
         if backend is None:
-            host.pending_session = session
+            core.pending_session = session
             await host.transcript.show(display_messages(session), host.welcome())
         else:
             self.check_tools()
@@ -159,7 +159,7 @@ class SessionControl:
                 )
                 await host.transcript.add(Note(note, "info"))
         host.prompt.prompts = PromptHistory([m.content for m in session.messages if m.role == "user"])
-        await host.probe_mode()
+        await core.probe_mode()
         host.update_status()
         if backend is not None and s.conv is not None:
             # After the window shows the session: the stored KV is read off the event loop meanwhile.
@@ -172,7 +172,7 @@ class SessionControl:
 
     def check_tools(self) -> None:
         """After opening a session: drop the tools it names that the config file no longer declares."""
-        s, registry = self.host.state, self.host.registry
+        s, registry = self.core.state, self.core.registry
         names = s.tool_names
         if names is None:
             return
@@ -190,14 +190,14 @@ class SessionControl:
         mode (without them its token ids would not match its rendering, and the next turn would be a
         full re-render instead of a delta)."""
         used = session.mode == "tool" or any(m.role == "tool" or m.tool_calls for m in session.messages)
-        return self.host.tool_declarations() if used else None
+        return self.core.tool_declarations() if used else None
 
     async def new_chat(self) -> None:
-        host, s = self.host, self.host.state
+        host, core, s = self.host, self.core, self.core.state
         await host.stop_reply()
         s.new_session()
-        if host.backend is not None:
-            s.reset(host.backend.new_conversation(system=s.system_prompt))
+        if core.backend is not None:
+            s.reset(core.backend.new_conversation(system=s.system_prompt))
         await host.transcript.show(s.conv.messages if s.conv else [], host.welcome())
         host.prompt.clear()
         host.update_status()
@@ -205,11 +205,11 @@ class SessionControl:
 
     async def export_markdown(self) -> None:
         host = self.host
-        if not host.keeper.has_turns():
+        if not self.keeper.has_turns():
             host.notify("Nothing to export yet", severity="warning")
             return
         try:
-            path = await host.keeper.export_markdown()
+            path = await self.keeper.export_markdown()
         except OSError as exc:
             host.notify(str(exc), title="Export failed", severity="error")
             return
@@ -218,21 +218,21 @@ class SessionControl:
     def edit_settings(self) -> None:
         from radixchat.tui.screens.settings import FIELDS, SettingsScreen
 
-        host = self.host
-        defaults = {name: getattr(host.settings, name) for name in FIELDS}
+        host, s = self.host, self.core.state
+        defaults = {name: getattr(self.core.settings, name) for name in FIELDS}
 
         async def done(result: Any) -> None:
             if result is not None:
                 await self.apply_settings(*result)
 
-        host.app.push_screen(SettingsScreen(host.state.system_prompt, host.state.sampling, defaults), done)
+        host.app.push_screen(SettingsScreen(s.system_prompt, s.sampling, defaults), done)
 
     async def apply_settings(self, system: str | None, sampling: SamplingSettings) -> None:
-        host, s = self.host, self.host.state
+        host, core, s = self.host, self.core, self.core.state
         s.sampling = sampling
         if system != s.system_prompt:
             s.system_prompt = system
-            conv, backend = s.conv, host.backend
+            conv, backend = s.conv, core.backend
             if backend is not None and conv is not None:
                 await host.stop_reply()
                 if any(m.role != "system" for m in conv.messages):
@@ -244,14 +244,14 @@ class SessionControl:
                 await host.transcript.show(s.conv.messages, host.welcome())
         host.update_status()
         host.notify("Session settings applied", timeout=2)
-        if s.session_name and host.keeper.has_turns():
+        if s.session_name and self.keeper.has_turns():
             await self.write(s.session_name)
 
     def edit_tools(self) -> None:
         """Tool mode's screen: the tools offered and tool_choice (saved with the session)."""
         from radixchat.tui.screens.tools import ToolsScreen
 
-        host, s = self.host, self.host.state
+        host, core, s = self.host, self.core, self.core.state
 
         async def done(setup: ToolSetup | None) -> None:
             if setup is None:
@@ -262,11 +262,11 @@ class SessionControl:
                 title="Tool mode",
             )
             await host.action_set_mode("tool")
-            if s.session_name and host.keeper.has_turns():
+            if s.session_name and self.keeper.has_turns():
                 await self.write(s.session_name)
 
-        tools = list(host.registry.tools.values())
-        commands = {t.name: command_of(host.settings, t.name) or [] for t in tools if not t.builtin}
-        problem = host.mode_problem if s.mode == "tool" else None
-        offered = [t.name for t in host.offered_tools()]
+        tools = list(core.registry.tools.values())
+        commands = {t.name: command_of(core.settings, t.name) or [] for t in tools if not t.builtin}
+        problem = core.mode_problem if s.mode == "tool" else None
+        offered = [t.name for t in core.offered_tools()]
         host.app.push_screen(ToolsScreen(tools, offered, s.tool_choice, problem, commands), done)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,14 +29,16 @@ class SessionKeeper:
     """Saves the open session (the active branch and the others) into ``folder``, one write at a time:
     an autosave still in flight must not land after a rename removed its file.
 
-    Once the app has a ``backend``, each save also stores the KV of the active branch's tokens in its
-    KV store (after the file, best effort), so the session reopens warm; ``kv_notice`` is the last
-    save's one line on KV it could not store."""
+    Once ``backend()`` gives one (the app's, asked of its owner, ``ChatCore``), each save also stores the
+    KV of the active branch's tokens in its KV store (after the file, best effort), so the session
+    reopens warm; ``kv_notice`` is the last save's one line on KV it could not store."""
 
-    def __init__(self, state: ChatState, folder: Path) -> None:
+    def __init__(
+        self, state: ChatState, folder: Path, backend: Callable[[], ChatBackend | None] = lambda: None
+    ) -> None:
         self.state = state
         self.folder = Path(folder)
-        self.backend: ChatBackend | None = None  # set when the backend is ready
+        self.backend = backend
         self.kv_notice: str | None = None
         self._lock = asyncio.Lock()
 
@@ -47,7 +50,7 @@ class SessionKeeper:
         """Save as ``name`` (then remove ``replaces``: a rename). Raises OSError / ValueError."""
         async with self._lock:
             session = self.state.to_session(name)
-            conv, backend = self.state.conv, self.backend
+            conv, backend = self.state.conv, self.backend()
             ids = conv.ids if conv is not None else []
             saved = await asyncio.to_thread(self.state.write, session, self.folder, backend, ids)
             path = saved.path

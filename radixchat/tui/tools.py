@@ -1,9 +1,9 @@
-"""Tool mode's pieces that need no Textual: the registry, the offered tools, and call text in replies.
+"""Tool mode's pieces that need no Textual: the registry, the offered tools, and how calls are shown.
 
 The registry holds the built-in tools and the user tools of the config file (``[[tools]]``); a session
 offers a subset (``SessionFile.tools``; empty means the built-ins, as in batch mode). A reply in tool mode
-writes its calls as ``<tool_call>{...}</tool_call>`` blocks (``radixchat.tool_format``): the transcript
-shows them as call blocks, so ``CallFilter`` keeps them out of the streamed Markdown.
+writes its calls as ``<tool_call>{...}</tool_call>`` blocks, read only by ``radixchat.tool_format``: the
+transcript shows them as call blocks, so its ``CallFilter`` keeps them out of the streamed Markdown.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from radixchat.chat.session_state import ToolChoice
 from radixchat.chat.tools import Tool, ToolRegistry
 from radixchat.errors import RadixchatError
-from radixchat.tool_format import TOOL_CLOSE, TOOL_OPEN
 
 if TYPE_CHECKING:
     from radixchat.config import Settings
@@ -64,51 +63,3 @@ def call_signature(name: str, arguments: Any, limit: int = 48) -> str:
     else:
         inner = json.dumps(arguments, ensure_ascii=False)
     return f"{name}({short_json(inner, limit)})"
-
-
-class CallFilter:
-    """Streams a reply's text with its ``<tool_call>`` blocks held out.
-
-    ``feed`` returns the text that can be shown now. A tail that may be the start of ``<tool_call>`` is
-    held until the next delta tells; inside a block everything is dropped up to ``</tool_call>``.
-    """
-
-    def __init__(self) -> None:
-        self._held = ""
-        self.in_call = False
-        self.calls = 0  # blocks begun so far
-
-    def feed(self, delta: str) -> str:
-        text, self._held = self._held + delta, ""
-        out: list[str] = []
-        while text:
-            if self.in_call:
-                end = text.find(TOOL_CLOSE)
-                if end < 0:
-                    self._held = _partial_tail(text, TOOL_CLOSE)
-                    return "".join(out)
-                self.in_call, text = False, text[end + len(TOOL_CLOSE) :]
-                continue
-            start = text.find(TOOL_OPEN)
-            if start >= 0:
-                out.append(text[:start])
-                self.in_call, self.calls, text = True, self.calls + 1, text[start + len(TOOL_OPEN) :]
-                continue
-            tail = _partial_tail(text, TOOL_OPEN)
-            out.append(text[: len(text) - len(tail)])
-            self._held = tail
-            break
-        return "".join(out)
-
-    def flush(self) -> str:
-        """The end of the reply: a held tail that never became a tag is text after all."""
-        held, self._held = ("" if self.in_call else self._held), ""
-        return held
-
-
-def _partial_tail(text: str, tag: str) -> str:
-    """The longest end of ``text`` that is a proper prefix of ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return text[-n:]
-    return ""

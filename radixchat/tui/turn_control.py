@@ -1,7 +1,8 @@
 """The chat screen's turns: send, queue while loading, regenerate, edit into a branch, stop.
 
-``TurnControl`` works on a ``TurnHost`` (the chat screen) through the members the protocol names
-(``tui/host.py``), so this module does not import the screen. It holds the reply in flight
+``TurnControl`` decides on what the screen's ``ChatCore`` holds (the backend, the session state, the
+mode's constraint) and shows the turn through a ``TurnHost`` (the chat screen), using only the members the
+protocol names (``tui/host.py``), so this module does not import the screen. It holds the reply in flight
 (``ReplyInFlight``): a plain turn's reply streams into a new assistant message; a tool turn runs through
 ``ToolTurnView``. Both run as the host's workers in the group ``reply`` and end by posting
 ``TurnFinished`` to the host.
@@ -12,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from radixchat.chat.conversation import Conversation, Message
+from radixchat.chat.modes import ModeError
 from radixchat.errors import RadixchatError
-from radixchat.tui.backend import make_params
 from radixchat.tui.context import ContextNotices
 from radixchat.tui.host import ChatHost
 from radixchat.tui.in_flight import ReplyInFlight
@@ -32,19 +33,13 @@ if TYPE_CHECKING:
     from textual.worker import Worker
 
     from radixchat.chat.backend import Constraint, Reply, TurnResult
+    from radixchat.tui.chat_core import ChatCore
 
 
 class TurnHost(ChatHost, Protocol):
     """What the turns use of the chat screen."""
 
-    load_status: str
-    load_failed: bool
-
-    async def constraint(self) -> Constraint | str:
-        """The next reply's constraint in the current mode, or why the mode cannot be used."""
-        ...
-
-    def offer_lenient(self, problem: str) -> bool:
+    def offer_lenient(self, problem: ModeError) -> bool:
         """Offer to run a schema that strict mode refused leniently (True: the user is asked)."""
         ...
 
@@ -55,7 +50,8 @@ class TurnHost(ChatHost, Protocol):
 
 
 class TurnControl:
-    def __init__(self, host: TurnHost) -> None:
+    def __init__(self, core: ChatCore, host: TurnHost) -> None:
+        self.core = core
         self.host = host
         self.in_flight: ReplyInFlight | None = None  # the turn being generated (Esc stops it)
         self.queued: str | None = None  # sent with Enter before the model was ready
@@ -64,14 +60,14 @@ class TurnControl:
 
     async def send(self, text: str) -> bool:
         """Send ``text`` as a user message (into a new branch when editing). False: nothing was sent."""
-        host, s = self.host, self.host.state
-        if host.backend is None and not host.load_failed:
+        host, core, s = self.host, self.core, self.core.state
+        if core.backend is None and not core.load_failed:
             return await self._queue(text)
         if not self._can_start():
             return False
-        constraint = await host.constraint()
-        if isinstance(constraint, str):
-            host.mode_problem = constraint
+        constraint = await core.constraint()
+        if isinstance(constraint, ModeError):
+            core.mode_error = constraint
             host.update_status()
             if not host.offer_lenient(constraint):
                 host.notify(
@@ -86,7 +82,7 @@ class TurnControl:
         self._dropped_before = conv.dropped_turns
         try:
             if s.mode == "tool":
-                declare_tools(conv, host.tool_declarations())
+                declare_tools(conv, core.tool_declarations())
             conv.add_user(text)
             reply = None if s.mode == "tool" else self._reply(conv, constraint)
         except RadixchatError as exc:
@@ -100,10 +96,10 @@ class TurnControl:
         await self._start(reply, *new, rebuild=editing is not None)
         return True
 
-    def _reply(self, conv: Conversation, constraint: Constraint) -> Reply:
-        host = self.host
-        assert host.backend is not None
-        return host.backend.reply(conv, make_params(host.settings, host.state.sampling), constraint)
+    def _reply(self, conv: Conversation, constraint: Constraint | None) -> Reply:
+        core = self.core
+        assert core.backend is not None
+        return core.backend.reply(conv, core.params(), constraint)
 
     async def _queue(self, text: str) -> bool:
         """Enter while the model loads: show the message now, send it once the backend is ready."""
@@ -127,10 +123,10 @@ class TurnControl:
             self.host.prompt.load_text(text)
 
     def _can_start(self) -> bool:
-        host = self.host
-        if host.backend is None or host.state.conv is None:
+        host, core = self.host, self.core
+        if core.backend is None or core.state.conv is None:
             host.notify(
-                f"The model is not ready yet ({host.load_status}). Your message is kept.", severity="warning"
+                f"The model is not ready yet ({core.load_status}). Your message is kept.", severity="warning"
             )
             return False
         if self.in_flight is not None:
@@ -141,7 +137,7 @@ class TurnControl:
     async def _start(self, reply: Reply | None, *new: UserMessage, rebuild: bool = False) -> None:
         """Show the turn of the active conversation, which ends with the user's message: ``reply``
         streaming into a new message, or (tool mode, ``reply`` None) the tool turn."""
-        host, s = self.host, self.host.state
+        host, s = self.host, self.core.state
         conv = s.conv
         if rebuild:
             await host.transcript.show(conv.messages)
@@ -169,26 +165,26 @@ class TurnControl:
         if not view.is_attached:  # the app closed under the reply
             return
         if result is not None:
-            self.host.state.record(result)
+            self.core.state.record(result)
         self._finished(result)
 
     async def _tool_turn(self, turn: ReplyInFlight) -> None:
-        host, s = self.host, self.host.state
-        assert host.backend is not None and s.conv is not None
+        host, core, s = self.host, self.core, self.core.state
+        assert core.backend is not None and s.conv is not None
         run = ToolTurnView(
             host.app,
-            host.backend,
+            core.backend,
             s.conv,
-            make_params(host.settings, s.sampling),
-            host.offered_tools(),
-            host.registry,
+            core.params(),
+            core.offered_tools(),
+            core.registry,
             s,
             host.transcript,
             turn,
             host.update_status,
-            lambda name: command_of(host.settings, name),
-            host.settings.max_tool_rounds,
-            host.settings.max_tool_calls,
+            lambda name: command_of(core.settings, name),
+            core.settings.max_tool_rounds,
+            core.settings.max_tool_calls,
         )
         result = None
         try:
@@ -205,10 +201,10 @@ class TurnControl:
     def _finished(self, result: TurnResult | None) -> None:
         """Say what the turn did to the context (turns that left it, or that it is filling up), then tell
         the screen the turn is over."""
-        host = self.host
-        conv = host.state.conv
+        host, core = self.host, self.core
+        conv = core.state.conv
         dropped = max(0, conv.dropped_turns - self._dropped_before) if conv is not None else 0
-        notice = self.context_notices.after_turn(host.backend, conv, dropped) if host.backend else None
+        notice = self.context_notices.after_turn(core.backend, conv, dropped) if core.backend else None
         if notice and host.transcript.is_attached:  # the app may be closing
             host.transcript.sync_dropped()
             host.notify(notice, title="Context", severity="warning" if dropped else "information")
@@ -226,7 +222,7 @@ class TurnControl:
 
     async def regenerate(self) -> None:
         """The last turn again, from the user's last message (with its tool calls, in tool mode)."""
-        host, s = self.host, self.host.state
+        host, core, s = self.host, self.core, self.core.state
         if not self._can_start():
             return
         conv = s.conv
@@ -234,9 +230,9 @@ class TurnControl:
         if not users:
             host.notify("Nothing to regenerate yet", severity="warning")
             return
-        constraint = await host.constraint()
-        if isinstance(constraint, str):
-            host.notify(constraint, title=f"{s.mode} mode", severity="error")
+        constraint = await core.constraint()
+        if isinstance(constraint, ModeError):
+            host.notify(str(constraint), title=f"{s.mode} mode", severity="error")
             return
         forked = users[-1] < len(conv.messages) - 1
         new = conv.truncated(users[-1] + 1) if forked else conv
@@ -245,7 +241,7 @@ class TurnControl:
         try:
             ensure_prompt(new)
             if s.mode == "tool":
-                declare_tools(new, host.tool_declarations())
+                declare_tools(new, core.tool_declarations())
             reply = None if s.mode == "tool" else self._reply(new, constraint)
         except RadixchatError as exc:
             new.tools = tools
@@ -261,8 +257,8 @@ class TurnControl:
         if self.in_flight is not None:
             host.notify("Stop the reply first (Esc)", severity="warning")
             return
-        host.state.editing = index
-        host.prompt.load_text(host.state.conv.messages[index].content)
+        self.core.state.editing = index
+        host.prompt.load_text(self.core.state.conv.messages[index].content)
         host.prompt.move_cursor(host.prompt.document.end)
         host.prompt.focus()
         host.update_status()

@@ -9,7 +9,7 @@ import pytest
 
 from radixchat.chat.backend import ChatBackend, grammar_for
 from radixchat.chat.local import LocalBackend
-from radixchat.chat.modes import ModeError
+from radixchat.chat.modes import ConstraintSpec, ModeError
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 
 SCHEMAS = {
@@ -64,7 +64,7 @@ async def test_json_mode_replies_are_valid_for_their_schema(backend, name, tempe
     schema = SCHEMAS[name]
     conv = backend.new_conversation(system="You answer in JSON.")
     conv.add_user(f"Give me an example object ({name.replace('_', ' ')}).")
-    grammar = grammar_for(backend, "json", schema)
+    grammar = grammar_for(backend, ConstraintSpec("json", schema))
     params = SamplingParams(max_tokens=80, temperature=temperature, seed=7)
     result = await backend.reply(conv, params, grammar).result()
     assert result.finish_reason == "stop", result.message.content
@@ -85,7 +85,7 @@ async def test_json_mode_steers_to_completion_within_a_small_budget(backend):
         "required": ["fruits"],
     }
     result = await backend.reply(
-        conv, SamplingParams(max_tokens=24), grammar_for(backend, "json", schema)
+        conv, SamplingParams(max_tokens=24), grammar_for(backend, ConstraintSpec("json", schema))
     ).result()
     assert result.completion_tokens <= 24
     assert result.finish_reason == "stop", "the grammar should close the JSON before the budget runs out"
@@ -95,7 +95,7 @@ async def test_json_mode_steers_to_completion_within_a_small_budget(backend):
 @pytest.mark.real_model
 async def test_second_json_turn_reuses_the_first(backend):
     conv = backend.new_conversation()
-    g = lambda: grammar_for(backend, "json", SCHEMAS["person"])  # noqa: E731
+    g = lambda: grammar_for(backend, ConstraintSpec("json", SCHEMAS["person"]))  # noqa: E731
     conv.add_user("A person named Ada.")
     first = await backend.reply(conv, SamplingParams(max_tokens=40), g()).result()
     conv.add_user("Now one named Alan.")
@@ -104,13 +104,13 @@ async def test_second_json_turn_reuses_the_first(backend):
 
 
 def test_chat_mode_is_unconstrained():
-    assert grammar_for(object(), "chat") is None
+    assert grammar_for(object(), ConstraintSpec("chat")) is None
 
 
 @pytest.mark.real_model
 async def test_unsupported_schema_is_a_mode_error(backend):
     with pytest.raises(ModeError, match="'not'"):
-        grammar_for(backend, "json", {"not": {"type": "string"}})
+        grammar_for(backend, ConstraintSpec("json", {"not": {"type": "string"}}))
 
 
 class NoConstraints(ChatBackend):
@@ -126,9 +126,9 @@ class NoConstraints(ChatBackend):
 
 def test_backend_without_constraints_refuses_json_mode():
     with pytest.raises(ModeError, match="not available"):
-        grammar_for(NoConstraints(), "json")
+        grammar_for(NoConstraints(), ConstraintSpec("json"))
     with pytest.raises(ModeError, match="unknown mode 'yaml'"):
-        grammar_for(NoConstraints(), "yaml")
+        grammar_for(NoConstraints(), ConstraintSpec("yaml"))
 
 
 def test_the_mask_cache_is_saved_and_reused_across_runs(smol_tokenizer, tmp_path):
@@ -136,7 +136,7 @@ def test_the_mask_cache_is_saved_and_reused_across_runs(smol_tokenizer, tmp_path
     from radixchat.grammar import RunCache
 
     first = GrammarService(smol_tokenizer, 49152, frozenset({2}), cache_dir=tmp_path)
-    matcher = first.matcher("json", SCHEMAS["person"])
+    matcher = first.matcher(ConstraintSpec("json", SCHEMAS["person"]))
     for tid in smol_tokenizer.encode('{"name": "Ada", "age": 36}', add_special_tokens=False):
         matcher.allowed()
         matcher.advance(tid)
@@ -148,4 +148,4 @@ def test_the_mask_cache_is_saved_and_reused_across_runs(smol_tokenizer, tmp_path
     saved.write_bytes(b"garbage")  # a damaged cache is ignored, not fatal
     third = GrammarService(smol_tokenizer, 49152, frozenset({2}), cache_dir=tmp_path)
     assert RunCache.of(third.info).cached_states == 0
-    assert third.matcher("json", None).allowed().any()
+    assert third.matcher(ConstraintSpec("json")).allowed().any()

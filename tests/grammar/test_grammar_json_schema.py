@@ -18,6 +18,7 @@ from radixchat.grammar import (
     CompiledGrammar,
     GrammarError,
     GrammarWarning,
+    UnenforceableSchema,
     compile_json_schema,
     json_schema_to_lark,
 )
@@ -85,6 +86,27 @@ def test_unsupported_keywords_name_the_keyword_and_pointer(smol_info, keyword, s
     with pytest.raises(GrammarError) as e:
         compile_json_schema(schema, smol_info, cache=False)
     assert keyword in str(e.value) and pointer in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"type": "array", "uniqueItems": True}, "unsupported keyword 'uniqueItems' at #/uniqueItems"),
+        ({"type": "string", "format": "iri"}, "unsupported format 'iri' at #/format"),
+        ({"oneOf": [{"pattern": "^a"}, {"type": "integer"}]}, "branches 0 and 1 are not provably disjoint"),
+        ({"type": "string", "pattern": "(a)\\1"}, "unsupported regex construct"),
+    ],
+)
+def test_what_only_lenient_mode_can_run_is_refused_as_unenforceable(smol_info, schema, message):
+    """Front ends offer lenient mode on the type (``UnenforceableSchema``), not on the message's words."""
+    with pytest.raises(UnenforceableSchema, match=message):
+        compile_json_schema(schema, smol_info, cache=False)
+
+
+def test_a_schema_that_is_wrong_is_not_unenforceable(smol_info):
+    with pytest.raises(GrammarError, match="remote") as e:
+        compile_json_schema({"$ref": "https://example.com/s.json"}, smol_info, cache=False)
+    assert not isinstance(e.value, UnenforceableSchema)
 
 
 def test_lenient_ignores_unsupported_keywords_with_a_warning(smol_info):

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from radixchat.chat.backend import grammar_for
+from radixchat.chat.modes import ConstraintSpec
 from radixchat.chat.remote import RemoteBackend
 from radixchat.engine import SamplingParams
 from tests.remote.conftest import SERVED_ALIAS
@@ -68,7 +69,7 @@ async def test_multi_turn_sends_the_history(real):
 async def test_json_mode_gives_schema_valid_json_on_a_real_server(real):
     conv = real.new_conversation(system="Answer in JSON.")
     conv.add_user("Describe the weather in Paris today.")
-    grammar = grammar_for(real, "json", schema=SCHEMA)
+    grammar = grammar_for(real, ConstraintSpec("json", SCHEMA))
     result = await real.reply(conv, SamplingParams(max_tokens=64, temperature=0.0), grammar).result()
     assert result.finish_reason == "stop", result.error
     jsonschema.validate(json.loads(result.message.content), SCHEMA)

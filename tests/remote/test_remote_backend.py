@@ -10,7 +10,7 @@ import time
 import pytest
 
 from radixchat.chat.backend import TurnResult, grammar_for
-from radixchat.chat.modes import ModeError
+from radixchat.chat.modes import ConstraintSpec, ModeError
 from radixchat.chat.remote import BackendUnavailableError, RemoteBackend, request_messages
 from radixchat.chat.tool_turn import run_tool_turn
 from radixchat.chat.tools import ToolContext, ToolRegistry, allow_listed
@@ -258,21 +258,21 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 async def test_json_mode_asks_for_a_json_schema_response_format(make_backend, fake):
     fake.default = Stream(deltas=['{"city": ', '"Paris"}'])
     backend = make_backend()
-    result = await ask(backend, "Where?", grammar=grammar_for(backend, "json", schema=SCHEMA))
+    result = await ask(backend, "Where?", grammar=grammar_for(backend, ConstraintSpec("json", SCHEMA)))
     assert json.loads(result.message.content) == {"city": "Paris"}
     fmt = fake.chat_requests[0]["body"]["response_format"]
     assert fmt == {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA, "strict": True}}
-    assert grammar_for(backend, "json") == {"response_format": {"type": "json_object"}}
+    assert grammar_for(backend, ConstraintSpec("json")) == {"response_format": {"type": "json_object"}}
 
 
 async def test_a_server_that_refuses_json_schema_gets_llama_cpps_form(make_backend, fake):
     fake.script = [Status(422, "response_format.type: Input should be 'text' or 'json_object'"), Stream()]
     backend = make_backend()
-    result = await ask(backend, grammar=grammar_for(backend, "json", schema=SCHEMA))
+    result = await ask(backend, grammar=grammar_for(backend, ConstraintSpec("json", SCHEMA)))
     assert result.finish_reason == "stop"
     assert fake.chat_requests[1]["body"]["response_format"] == {"type": "json_object", "schema": SCHEMA}
     # Learnt once for this backend: later replies use that form straight away.
-    await ask(backend, grammar=grammar_for(backend, "json", schema=SCHEMA))
+    await ask(backend, grammar=grammar_for(backend, ConstraintSpec("json", SCHEMA)))
     assert (
         len(fake.chat_requests) == 3
         and fake.chat_requests[2]["body"]["response_format"]["type"] == "json_object"
@@ -285,7 +285,7 @@ async def test_a_server_error_naming_response_format_also_gets_llama_cpps_form(m
         Status(500, "1 validation error: ('body', 'response_format', 'type') Input should be 'text'")
     ]
     backend = make_backend()
-    result = await ask(backend, grammar=grammar_for(backend, "json", schema=SCHEMA))
+    result = await ask(backend, grammar=grammar_for(backend, ConstraintSpec("json", SCHEMA)))
     assert result.finish_reason == "stop" and len(fake.chat_requests) == 2  # switched at once, no retries
     assert fake.chat_requests[1]["body"]["response_format"] == {"type": "json_object", "schema": SCHEMA}
 
@@ -293,7 +293,7 @@ async def test_a_server_error_naming_response_format_also_gets_llama_cpps_form(m
 async def test_a_refused_request_that_is_not_about_json_is_reported(make_backend, fake):
     fake.default = Status(422, "bad things")
     backend = make_backend()
-    result = await ask(backend, grammar=grammar_for(backend, "json", schema=SCHEMA))
+    result = await ask(backend, grammar=grammar_for(backend, ConstraintSpec("json", SCHEMA)))
     assert result.finish_reason == "error" and "(422): bad things" in result.error
     assert len(fake.chat_requests) == 2  # the json_object form was tried once
 
@@ -301,15 +301,17 @@ async def test_a_refused_request_that_is_not_about_json_is_reported(make_backend
 def test_tool_mode_sends_tools_and_tool_choice(make_backend):
     backend = make_backend()
     decls = [{"name": "calculator", "description": "d", "parameters": {"type": "object"}}]
-    assert grammar_for(backend, "tool", tools=decls, tool_choice={"name": "calculator"}) == {
+    assert grammar_for(backend, ConstraintSpec("tool", tools=decls, tool_choice={"name": "calculator"})) == {
         "tools": [{"type": "function", "function": decls[0]}],
         "tool_choice": {"type": "function", "function": {"name": "calculator"}},
         "parallel_tool_calls": False,  # max_tool_calls = 1 (the default)
     }
-    assert grammar_for(backend, "tool", tools=decls)["tool_choice"] == "auto"
-    assert grammar_for(backend, "tool", tools=decls, max_calls=4)["parallel_tool_calls"] is True
+    assert grammar_for(backend, ConstraintSpec("tool", tools=decls))["tool_choice"] == "auto"
+    assert (
+        grammar_for(backend, ConstraintSpec("tool", tools=decls, max_calls=4))["parallel_tool_calls"] is True
+    )
     with pytest.raises(ModeError, match="at least one declared tool"):
-        grammar_for(backend, "tool", tools=[])
+        grammar_for(backend, ConstraintSpec("tool", tools=[]))
 
 
 async def test_tool_calls_from_the_server_run_and_their_results_go_back_with_ids(make_backend, fake):

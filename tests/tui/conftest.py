@@ -23,6 +23,7 @@ from textual import events
 
 from radixchat.chat.backend import ChatBackend, LoadedKV, StoredKV, TurnResult
 from radixchat.chat.conversation import ChatFormat, Conversation
+from radixchat.chat.modes import ConstraintSpec
 from radixchat.chat.remote import CACHE_TREE_NOTE
 from radixchat.chat.remote_link import RemoteTotals
 from radixchat.chat.usage import UsageTotals
@@ -339,18 +340,9 @@ class ToolFakeBackend(FakeBackend):
         self.plan = plan
         self.constraints: list[tuple[str, list[str], Any]] = []  # (mode, tool names, tool_choice)
 
-    def constraint(
-        self,
-        mode: str,
-        *,
-        schema: Any = None,
-        tools: Any = None,
-        tool_choice: Any = "auto",
-        lenient: bool = False,
-        max_calls: int = 1,
-    ) -> Any:
-        self.constraints.append((mode, [t["name"] for t in tools or []], tool_choice))
-        return ("grammar", mode)
+    def constraint(self, spec: ConstraintSpec) -> Any:
+        self.constraints.append((spec.mode, [t["name"] for t in spec.tools or []], spec.tool_choice))
+        return ("grammar", spec.mode)
 
     def reply(self, conv: Conversation, params: Any, grammar: Any = None) -> FakeReply:
         dropped = conv.fit_context(self.context_tokens, 64, self.context_overflow)

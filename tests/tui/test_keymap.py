@@ -6,8 +6,8 @@ from textual.binding import Binding
 
 from radixchat.config import Settings
 from radixchat.tui.app import RadixChatApp
+from radixchat.tui.chat_screen import ChatScreen
 from radixchat.tui.keymap import binding_groups, check_keymap
-from radixchat.tui.screens.chat import ChatScreen
 from radixchat.tui.screens.help import HelpScreen
 from tests.tui.conftest import TERMINAL, ready, say
 

@@ -6,7 +6,7 @@ import json
 
 from textual.command import CommandList
 
-import radixchat.tui.screens.chat as chat_screen
+import radixchat.tui.chat_core as chat_core
 from radixchat.tui.screens.schema import SchemaScreen, parse_schema
 from radixchat.tui.widgets.assistant_message import display_text
 from tests.tui.conftest import TERMINAL, Script, ready, say, wait_until
@@ -61,7 +61,7 @@ async def test_modes_can_be_chosen_from_the_command_palette(make_app):
 
 
 async def test_json_mode_replies_are_pretty_printed(make_app, fake, monkeypatch):
-    monkeypatch.setattr(chat_screen, "grammar_for", lambda backend, mode, *args: None)
+    monkeypatch.setattr(chat_core, "grammar_for", lambda backend, spec: None)
     fake.script = Script(reply_for=lambda p: '{"name": "Ada", "langs": ["en", "fr"]}')
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:

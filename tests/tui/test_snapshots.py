@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import radixchat.tui.screens.chat as chat_screen
+import radixchat.tui.chat_core as chat_core
 from radixchat.chat.backend import kv_owner
 from radixchat.chat.modes import ModeError
 from radixchat.chat.session import SessionFile, atomic_write_text, session_path
@@ -142,12 +142,12 @@ def test_help_screen(snap_compare, settings):
 
 
 def test_a_stopped_reply_and_an_unavailable_mode(snap_compare, settings, monkeypatch):
-    def unavailable(backend, mode, *args, **kwargs):
-        if mode == "chat":
+    def unavailable(backend, spec):
+        if spec.mode == "chat":
             return None
-        raise ModeError(f"{mode} mode is not available with this backend")
+        raise ModeError(f"{spec.mode} mode is not available with this backend")
 
-    monkeypatch.setattr(chat_screen, "grammar_for", unavailable)  # the message is the grammar layer's
+    monkeypatch.setattr(chat_core, "grammar_for", unavailable)  # the message is the grammar layer's
     script = Script(reply_for=lambda p: "This reply is long " * 20, chunk=5, gate=asyncio.Event())
 
     async def run_before(pilot) -> None:

@@ -10,10 +10,9 @@ import pytest
 import radixchat.tui.screens.consent as consent_screen
 from radixchat.chat.session import load_session, session_path
 from radixchat.config import UserToolConfig
-from radixchat.tool_format import strip_tool_calls
+from radixchat.tool_format import CallFilter, strip_tool_calls
 from radixchat.tui.screens.consent import ConsentScreen
 from radixchat.tui.screens.tools import ToolsScreen
-from radixchat.tui.tools import CallFilter
 from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 from tests.tui.conftest import (

@@ -28,7 +28,7 @@ import jsonschema
 
 from .. import regex as rx
 from ..compiler import CompiledGrammar
-from ..errors import GrammarError, TooManyStates
+from ..errors import GrammarError, TooManyStates, UnenforceableSchema
 from ..limits import COMPILE_SECONDS, check, deadline, gc_paused
 from . import json_terminals as jt
 from .allof import merge_all_of
@@ -167,12 +167,13 @@ class SchemaCompiler:
 
     # -- helpers ----------------------------------------------------------------------------------------
 
-    def fail(self, msg: str) -> None:
+    def fail(self, msg: str, error: type[GrammarError] = GrammarError) -> None:
+        """Refuse what the grammar cannot enforce (raise ``error``), or in lenient mode note and skip it."""
         if self.lenient:
             self.not_enforced.append(msg)
             warnings.warn(msg + " (ignored: lenient)", GrammarWarning, stacklevel=4)
         else:
-            raise GrammarError(msg)
+            raise error(msg)
 
     def default_additional(self, schema: dict) -> bool:
         """``additionalProperties`` of an object schema that does not say: ``"auto"`` (the default)
@@ -292,7 +293,7 @@ class SchemaCompiler:
             if kw in UNSUPPORTED and not (kw == "multipleOf" and schema[kw] == 1) and not listed:
                 if merged_later and kw in PRESENCE_KW:
                     continue
-                self.fail(f"unsupported keyword '{kw}' at {_ptr(path)}/{kw}")
+                self.fail(f"unsupported keyword '{kw}' at {_ptr(path)}/{kw}", UnenforceableSchema)
         if "$ref" in schema:
             if path in self._resolving:
                 return self.recursive_ref_shape(schema, path)
@@ -379,7 +380,8 @@ class SchemaCompiler:
                 names = _not_all(self, gen, val, path)
                 if names is None:
                     self.fail(
-                        f"oneOf at {_ptr(path)}: branches {min(i, j)} and {max(i, j)} are not provably disjoint"
+                        f"oneOf at {_ptr(path)}: branches {min(i, j)} and {max(i, j)} are not provably disjoint",
+                        UnenforceableSchema,
                     )
                     continue
                 g, _ = self.deref(out[i], path)
@@ -507,7 +509,7 @@ class SchemaCompiler:
             if fmt in jt.FORMATS:
                 contents.append(jt.format_ast(fmt))
             elif fmt in jt.UNENFORCED_FORMATS:
-                self.fail(f"unsupported format '{fmt}' at {_ptr(path)}/format")
+                self.fail(f"unsupported format '{fmt}' at {_ptr(path)}/format", UnenforceableSchema)
             else:
                 warnings.warn(
                     f"format {fmt!r} at {_ptr(path)}/format is not enforced", GrammarWarning, stacklevel=3

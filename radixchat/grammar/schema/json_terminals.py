@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import regex as rx
 from ..dfa import ByteDFA, finish, product
-from ..errors import GrammarError
+from ..errors import GrammarError, UnenforceableSchema
 from ..regex import MAX_CP, Node, Ranges, alt, cat, lit, negate, norm, rep
 from .cpdfa import CodepointDFA
 
@@ -157,7 +157,7 @@ def encode_ast(node: Node) -> Node:
         return ("alt", tuple(encode_ast(n) for n in node[1]))
     if kind == "rep":
         return ("rep", encode_ast(node[1]), node[2], node[3])
-    raise GrammarError(f"unsupported construct {kind} in a string pattern")
+    raise UnenforceableSchema(f"unsupported construct {kind} in a string pattern")
 
 
 def exact_string(s: str) -> Node:

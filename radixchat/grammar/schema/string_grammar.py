@@ -18,7 +18,7 @@ from lark.load_grammar import load_grammar
 
 from .. import regex as rx
 from ..compiler import VERBATIM_IN, VERBATIM_STR
-from ..errors import GrammarError
+from ..errors import GrammarError, UnenforceableSchema
 from . import json_terminals as jt
 from .lark_text import LarkWriter, lark_string
 
@@ -35,7 +35,8 @@ def check_string_grammar(text: str, where: str, start: str = "start") -> None:
     try:
         problems = lint_grammar(text, start=start)
     except GrammarError as exc:
-        raise GrammarError(f"{where}: {X_GRAMMAR}: {str(exc).removeprefix('<grammar>: ')}") from None
+        error = UnenforceableSchema if isinstance(exc, UnenforceableSchema) else GrammarError
+        raise error(f"{where}: {X_GRAMMAR}: {str(exc).removeprefix('<grammar>: ')}") from None
     if problems:
         raise GrammarError(f"{where}: {X_GRAMMAR}: {problems[0]}")
 
@@ -57,7 +58,8 @@ def embed_string_grammar(w: LarkWriter, text: str, where: str, start: str = "sta
             ast = rx.parse(t.pattern.to_regexp(), f"{where} terminal {t.name}")
             names[t.name] = w.terminal(rx.to_regex(jt.encode_ast(ast)), "XG", where)
         except GrammarError as exc:
-            raise GrammarError(f"{where}: {X_GRAMMAR}: terminal {t.name}: {exc}") from None
+            error = UnenforceableSchema if isinstance(exc, UnenforceableSchema) else GrammarError
+            raise error(f"{where}: {X_GRAMMAR}: terminal {t.name}: {exc}") from None
     prefix = f"{VERBATIM_IN}{n}_"
     alts: dict[str, list[list[str]]] = {}
     for r in rules:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -24,9 +24,12 @@ class HelpScreen(ModalScreen[None]):
     CSS_PATH = "help.tcss"
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close", id="help.close")]
 
-    def __init__(self, groups: Sequence[tuple[str, Sequence[BindingType]]]) -> None:
+    def __init__(
+        self, groups: Sequence[tuple[str, Sequence[BindingType]]], keymap: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__()
         self.groups = groups
+        self.keymap = keymap or {}  # the app's (binding id -> keys)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help"):
@@ -38,7 +41,7 @@ class HelpScreen(ModalScreen[None]):
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(group, keys as shown, what it does, binding id), with the keymap applied."""
-        keymap = getattr(self.app, "_keymap", {})
+        keymap = self.keymap
         out = []
         for title, bindings in self.groups:
             for b in bindings:

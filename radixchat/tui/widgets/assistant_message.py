@@ -1,7 +1,7 @@
 """An assistant reply: streamed as Markdown, then rendered once in full, with a stats footer.
 
 Streaming uses ``Markdown.get_stream`` (write each delta, then ``stop``) and one final ``update()``:
-per-token ``update()`` is ~100x slower, and without the final update a closed code fence can stay blank.
+per-token ``update()`` re-parses the whole reply each time, and without the final update a closed code fence can stay blank.
 A reply that calls tools shows each call as a ``ToolCallBlock`` (between its text and its footer), not
 the ``<tool_call>`` JSON it wrote.
 """
@@ -19,10 +19,9 @@ from textual.widgets import Markdown, Static
 
 from radixchat.chat.conversation import Message
 from radixchat.chat.usage import footer_from_meta
-from radixchat.tool_format import strip_tool_calls
+from radixchat.tool_format import CallFilter, strip_tool_calls
 from radixchat.tui.messages import RegenerateRequested
 from radixchat.tui.pacing import WritePacer
-from radixchat.tui.tools import CallFilter
 from radixchat.tui.widgets.message_view import MessageView
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 

@@ -38,7 +38,7 @@ class OrderedKeys(MixinBase):  # type: ignore[misc,valid-type]
     def _bindings_in_order(self, key: str, character: str | None) -> list[tuple[DOMNode, Binding]]:
         """The non-priority bindings for ``key`` from this widget up to its (modal) screen, as Textual
         looks them up: the user's keymap applied, a printable key this widget takes left to it."""
-        keymap = getattr(self.app, "_keymap", None)
+        keymap = getattr(self.app, "keymap", None)  # ``RadixChatApp.keymap``; another app has none
         consumed = self.check_consume_key(key, character)
         found: list[tuple[DOMNode, Binding]] = []
         node: DOMNode

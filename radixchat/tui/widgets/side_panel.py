@@ -35,8 +35,8 @@ class SidePanel(Vertical):
 
     def due(self, streaming: bool) -> bool:
         """Whether a tick should refresh. While a reply streams, every STREAMING_INTERVAL only: a frame costs
-        the engine decode speed (its thread needs the GIL between steps), 0.77x -> 0.89x of batch mode;
-        5 s instead of 2 s (a 128-token reply lasts ~2.5 s: no refresh inside it) 0.92x -> 0.93x."""
+        the engine decode speed (its thread needs the GIL between steps), so a short reply should see no
+        refresh inside it."""
         now = time.monotonic()
         if self.refreshing or (streaming and now - self.refreshed_at < STREAMING_INTERVAL):
             return False

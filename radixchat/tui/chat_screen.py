@@ -1,10 +1,12 @@
 """The chat screen: the conversation, its transcript, and the reply in flight.
 
 The app (``radixchat.tui.app``) holds the settings, loads the backend and tells this screen when it is
-ready (``backend_ready``); everything about the conversation happens here. A reply streams in a worker on
+ready (``backend_ready``); everything about the conversation happens here. What needs no Textual (the
+backend, whose one owner it is, the session state, the tools offered, the mode's constraint) is the
+screen's ``ChatCore`` (``tui/chat_core.py``); the screen draws it and routes keys to the controllers. A reply streams in a worker on
 the event loop (the model runs in the engine's thread, or on a server); Esc cancels it and what was
 generated is kept: the turns (send, regenerate, edit, stop) are ``TurnControl``'s, which holds the reply
-in flight. Each finished turn is saved (``SessionKeeper``); the session actions (save as, open, new chat,
+in flight. Each finished turn is saved (the core's ``SessionKeeper``); the session actions (save as, open, new chat,
 export, the per-session settings) are ``SessionControl``'s; lenient JSON mode is ``tui/lenient.py``'s.
 The side panel shows ``backend.stats()`` and ``backend.cached_path()`` (or ``backend.totals()`` for a
 backend without an engine), refreshed on the app's timer.
@@ -12,8 +14,6 @@ backend without an engine), refreshed on the app's timer.
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
 from typing import Any
 
 from textual import work
@@ -24,11 +24,12 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from radixchat.chat.backend import ChatBackend, Constraint, grammar_for
+from radixchat.chat.backend import ChatBackend
 from radixchat.chat.modes import MODES, Mode, ModeError
 from radixchat.chat.session import SessionFile
-from radixchat.chat.tools import Tool
+from radixchat.chat.tools import ToolRegistry
 from radixchat.config import Settings
+from radixchat.tui.chat_core import ChatCore
 from radixchat.tui.context import context_use
 from radixchat.tui.in_flight import ReplyInFlight
 from radixchat.tui.lenient import check_reply, lenient_notice, offer_lenient
@@ -40,9 +41,8 @@ from radixchat.tui.messages import (
     TurnFinished,
 )
 from radixchat.tui.session_control import SessionControl
-from radixchat.tui.session_store import SessionKeeper
 from radixchat.tui.state import ChatState, display_messages
-from radixchat.tui.tools import build_registry, choice_label, offered
+from radixchat.tui.tools import choice_label
 from radixchat.tui.turn_control import TurnControl
 from radixchat.tui.widgets.assistant_message import AssistantMessage
 from radixchat.tui.widgets.prompt import PromptHistory, PromptInput
@@ -56,7 +56,7 @@ MIN_PANELS = 80  # columns below which it cannot be shown at all (it is 44 wide;
 
 
 class ChatScreen(Screen[None]):
-    CSS_PATH = "chat.tcss"
+    CSS_PATH = "chat_screen.tcss"
     BINDINGS = [
         Binding("f1", "app.help", "Help", id="help"),
         Binding("escape", "stop", "Stop", id="stop"),
@@ -75,20 +75,10 @@ class ChatScreen(Screen[None]):
 
     def __init__(self, settings: Settings, session: SessionFile | str | None = None) -> None:
         super().__init__()
-        self.settings = settings
-        self.backend: ChatBackend | None = None  # set by the app once loaded and started
-        self.state = ChatState(model=settings.model, system_prompt=settings.system_prompt)
-        self.keeper = SessionKeeper(self.state, Path(settings.sessions_dir))
-        self.sessions = SessionControl(self)
-        self.registry, self.tools_problem = build_registry(settings)
-        self.mode_problem: str | None = None
-        self.load_status = "loading the model…"
-        self.load_failed = False
-        self.turns = TurnControl(self)
+        self.core = ChatCore(settings, session)
+        self.sessions = SessionControl(self.core, self)
+        self.turns = TurnControl(self.core, self)
         self.turns_finished = 0  # replies fully handled (rendered, autosaved)
-        self.pending_session: SessionFile | None = session if isinstance(session, SessionFile) else None
-        if isinstance(session, str):  # a name with no file yet: a new session by that name
-            self.state.session_name = session
         self._panels_on: bool | None = None  # None: automatic (by width)
         self._narrow: bool | None = None
 
@@ -104,6 +94,32 @@ class ChatScreen(Screen[None]):
                 )
             yield SidePanel(id="side")
         yield Footer(compact=True)
+
+    # What the core holds, as the screen's readers (the app, tests) ask for it.
+
+    @property
+    def state(self) -> ChatState:
+        return self.core.state
+
+    @property
+    def backend(self) -> ChatBackend | None:
+        return self.core.backend
+
+    @property
+    def registry(self) -> ToolRegistry:
+        return self.core.registry
+
+    @property
+    def mode_problem(self) -> str | None:
+        return self.core.mode_problem
+
+    @property
+    def load_status(self) -> str:
+        return self.core.load_status
+
+    @property
+    def pending_session(self) -> SessionFile | None:
+        return self.core.pending_session
 
     async def on_mount(self) -> None:
         pending = self.pending_session
@@ -126,11 +142,10 @@ class ChatScreen(Screen[None]):
 
     def welcome(self) -> Welcome:
         """A fresh welcome panel (shown while the chat is empty)."""
-        model = self.backend.model_name if self.backend else self.settings.model
-        return Welcome(model, self.load_status, error=self.load_failed)
+        return Welcome(self.core.model_name, self.load_status, error=self.core.load_failed)
 
     def set_load_status(self, text: str, error: bool = False) -> None:
-        self.load_status = text
+        self.core.load_status = text
         for w in self.transcript.query(Welcome):
             w.set_status(text, error)
         self.update_status()
@@ -150,25 +165,22 @@ class ChatScreen(Screen[None]):
             elif s.mode == "json" and not self.mode_problem:
                 activity = ("schema set" if s.schema is not None else "any JSON") + " · F4 edits the schema"
             elif s.mode == "tool" and not self.mode_problem:
-                n = len(self.offered_tools())
+                n = len(self.core.offered_tools())
                 activity = f"{n} tool{'' if n == 1 else 's'} · tool_choice {choice_label(s.tool_choice)} · F4 chooses"
             else:
                 activity = ""
-        model = self.backend.model_name if self.backend else self.settings.model
         branch = (s.active + 1, max(len(s.branches), 1))
-        info = StatusInfo(s.mode, self.mode_problem, model, s.session_name, branch, activity)
+        info = StatusInfo(s.mode, self.mode_problem, self.core.model_name, s.session_name, branch, activity)
         bars.first().show(info, context_use(self.backend, s.conv))
 
     # -- the backend ----------------------------------------------------------------------------------------
 
     async def backend_ready(self, backend: ChatBackend) -> None:
         """The app loaded and started ``backend``: continue the pending session or start a chat."""
-        self.backend = backend
-        self.keeper.backend = backend
-        self.state.model = backend.model_name
+        self.core.adopt(backend)
         self.set_load_status(f"ready · {backend.model_name}")
-        if self.pending_session is not None:
-            session, self.pending_session = self.pending_session, None
+        if self.core.pending_session is not None:
+            session, self.core.pending_session = self.core.pending_session, None
             await self.open_session(session)
         else:
             self.state.reset(backend.new_conversation(system=self.state.system_prompt))
@@ -178,7 +190,7 @@ class ChatScreen(Screen[None]):
         await self.turns.send_queued()
 
     def backend_failed(self, error: str) -> None:
-        self.load_failed = True
+        self.core.load_failed = True
         self.set_load_status(f"the model failed to load: {error} — Ctrl+Q quits", error=True)
 
     # -- panels -------------------------------------------------------------------------------------------
@@ -218,42 +230,22 @@ class ChatScreen(Screen[None]):
         self.state.mode = mode
         await self.probe_mode()
         self.update_status()
-        if self.mode_problem and not self.offer_lenient(self.mode_problem):
-            self.notify(self.mode_problem, title=f"{mode} mode", severity="warning")
-        elif not self.mode_problem:
-            lenient_notice(self)
+        problem = self.core.mode_error
+        if problem and not self.offer_lenient(problem):
+            self.notify(str(problem), title=f"{mode} mode", severity="warning")
+        elif not problem:
+            lenient_notice(self, self.state)
 
     async def action_cycle_mode(self) -> None:
         await self.action_set_mode(self.state.next_mode())
 
     async def probe_mode(self) -> None:
-        """Ask the backend whether the mode can be used now, to show why not before a send."""
-        self.mode_problem = None
-        if self.backend is not None and self.state.mode != "chat":
-            result = await self.constraint()
-            self.mode_problem = result if isinstance(result, str) else None
+        """Find whether the mode can be used now, to show why not before a send."""
+        await self.core.probe_mode()
 
-    async def constraint(self) -> Constraint | str:
-        """The constraint for the next reply (None: unconstrained) or the ModeError's message. In tool mode
-        this only checks the tools and tool_choice: the tool turn makes one per round."""
-        s = self.state
-        tools = self.tool_declarations() if s.mode == "tool" else None
-        try:
-            return await asyncio.to_thread(
-                grammar_for,
-                self.backend,
-                s.mode,
-                s.schema,
-                tools,
-                s.tool_choice,
-                s.lenient and s.mode == "json",
-            )
-        except ModeError as exc:
-            return str(exc)
-
-    def offer_lenient(self, problem: str) -> bool:
+    def offer_lenient(self, problem: ModeError) -> bool:
         """Offer to run a schema that strict mode refused leniently (True: the user is asked)."""
-        return offer_lenient(self, problem)
+        return offer_lenient(self, self.state, problem)
 
     def action_mode_input(self) -> None:
         if self.state.mode == "json":
@@ -276,12 +268,6 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(SchemaScreen(self.state.schema), done)
 
     # -- tools --------------------------------------------------------------------------------------------
-
-    def offered_tools(self) -> list[Tool]:
-        return offered(self.registry, self.state.tool_names)
-
-    def tool_declarations(self) -> list[dict[str, Any]]:
-        return [t.declaration() for t in self.offered_tools()]
 
     def action_show_tools(self) -> None:
         self.sessions.edit_tools()
@@ -310,7 +296,7 @@ class ChatScreen(Screen[None]):
         if result is not None and result.finish_reason == "error":
             self.notify(result.error or "the reply failed", title="Reply failed", severity="error")
         elif result is not None:
-            await check_reply(self, result)
+            await check_reply(self, self.state, result)
         await self.sessions.autosave()
         self.refresh_panels()
         self.turns_finished += 1  # last: a turn is over for tests and scripts once this moves
