@@ -296,7 +296,7 @@ def _object_rules(
         return _braced(w, base, S(0, 0))
     finally:
         # the recursive closures hold themselves (and the writer's rules): unbound now, they go with
-        # this call, not with the next full collection (each schema left ~2.7k cyclic objects)
+        # this call, not with the next full collection (each schema left thousands of cyclic objects)
         S = tail = nxt_count = None  # noqa: F841
 
 

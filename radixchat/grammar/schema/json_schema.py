@@ -22,7 +22,7 @@ from collections import OrderedDict
 from decimal import Decimal
 
 # Imported with the module, not on the first schema that needs it: a process that freezes its heap once
-# loaded (``radixchat.chat.loading.settled_heap``) then never has jsonschema's ~10k objects in the
+# loaded (``radixchat.chat.loading.settled_heap``) then never has jsonschema's many objects in the
 # collector's care (a module imported later lives as long, and each full collection walked it).
 import jsonschema
 

@@ -140,7 +140,7 @@ class LarkWriter:
         """What Lark's ``load_grammar(self.text(start)).compile(["start"], set())`` returns — terminal
         definitions, rules and ``%ignore`` names, equal field by field (names of anonymous terminals,
         order, deduplication, unused rules and terminals dropped) — without parsing the text: Lark's
-        grammar loader took ~0.3 s on the biggest schema grammars. None when the text uses something
+        grammar loader is slow on the biggest schema grammars. None when the text uses something
         this does not reproduce (then Lark parses it). ``tests/grammar/test_grammar_lr.py`` holds the
         two equal on generated grammars."""
         try:
