@@ -9,12 +9,14 @@ import contextlib
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from radixchat.batch.input import Job, check_session_names, parse_lines, read_input
 from radixchat.batch.options import BatchOptions
 from radixchat.batch.output import Progress, Writer, check_targets, close_output, open_output, summary
 from radixchat.batch.runner import BatchRunner
 from radixchat.chat.backend import ChatBackend
+from radixchat.chat.loading import Progress as LoadProgress
 from radixchat.chat.loading import load_backend
 from radixchat.chat.tools import ToolRegistry
 from radixchat.config import Settings
@@ -52,7 +54,6 @@ def run_batch(settings: Settings, options: BatchOptions) -> int:
 
 async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -> int:
     started = time.perf_counter()
-    loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
     stopped_by: int | None = None  # the signal number, or 0 when the output broke
@@ -63,10 +64,7 @@ async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -
             stopped_by = signum
             main.cancel()
 
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for signum in signals:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, stop, signum)
+    catch_signals(stop)
     backend = out = None
     try:
         backend = await open_backend(settings)
@@ -82,9 +80,7 @@ async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -
         if stopped_by is None:
             raise
     finally:
-        for signum in signals:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(signum)
+        release_signals()
         if backend is not None:
             await backend.aclose()
         if out is not None:
@@ -104,9 +100,31 @@ async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -
     return ExitCode.FAILED if any(j.failed for j in jobs) else ExitCode.OK
 
 
-async def open_backend(settings: Settings) -> ChatBackend:
+async def open_backend(settings: Settings, progress: LoadProgress = lambda _: None) -> ChatBackend:
     """The in-process engine (loaded and started), or the remote server named by ``backend`` (its model
-    checked). Failures raise ModelLoadError (exit 3)."""
-    backend = await asyncio.to_thread(load_backend, settings)
+    checked); ``progress`` hears each step (from the loading thread). Failures raise ModelLoadError
+    (exit 3)."""
+    backend = await asyncio.to_thread(load_backend, settings, progress)
     await backend.start()
     return backend
+
+
+# Stopped by these, a run ends with what completed and 128 + the signal (``signal_exit_code``).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def catch_signals(stop: Callable[[int], None]) -> None:
+    """From now on Ctrl-C and SIGTERM call ``stop(signum)`` on the running event loop (instead of raising
+    KeyboardInterrupt wherever the code happens to be), so a run can end in order."""
+    loop = asyncio.get_running_loop()
+    for signum in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop, signum)
+
+
+def release_signals() -> None:
+    """Undo ``catch_signals``."""
+    loop = asyncio.get_running_loop()
+    for signum in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signum)

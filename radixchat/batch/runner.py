@@ -11,7 +11,7 @@ from pathlib import Path
 
 from radixchat.batch.input import BatchLine, Job, id_note
 from radixchat.batch.output import Progress, Writer, record
-from radixchat.chat.backend import ChatBackend, TurnResult, grammar_for, sampling_params
+from radixchat.chat.backend import ChatBackend, Reply, TurnResult, grammar_for, sampling_params
 from radixchat.chat.conversation import Conversation
 from radixchat.chat.modes import ConstraintSpec
 from radixchat.chat.schema_check import schema_errors
@@ -67,52 +67,6 @@ class BatchRunner:
         finally:
             self.writer.finish(job)
 
-    async def _plan(self, spec: BatchLine) -> Plan:
-        backend = self.backend
-        saved = None
-        if spec.session is not None:
-            saved = load_session(Path(spec.session), expect_model=backend.model_name)
-            conv = conversation_from_session(saved, backend.fmt, backend.model_name)
-        else:
-            system = spec.system if spec.system is not None else self.settings.system_prompt
-            conv = backend.new_conversation(system=system)
-        if spec.context_overflow is not None:
-            conv.context_overflow = spec.context_overflow
-        mode = saved.mode if saved is not None and "mode" not in spec.model_fields_set else spec.mode
-        # A continued session keeps its sampling settings; the line's own values win over them.
-        kept = saved.sampling.model_dump() if saved is not None else {}
-        given = {n: getattr(spec, n) for n in SamplingSettings.model_fields if getattr(spec, n) is not None}
-        sampling = SamplingSettings(**{**kept, **given})
-        plan = Plan(
-            conv=conv,
-            params=sampling_params(self.settings, stop=spec.stop or (), **sampling.model_dump()),
-            model=backend.model_name,
-            mode=mode,
-            sampling=sampling,
-            base=saved,
-            tool_names=[],
-        )
-        if saved is not None:
-            plan.tool_ctx.notes = saved.notes
-            plan.tool_choice = saved.tool_choice
-        if mode == "json":
-            plan.schema = (
-                spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
-            )
-            plan.lenient = spec.schema_mode == "lenient"
-        if mode == "tool":
-            names = (
-                spec.tools if spec.tools is not None else (saved.tools or None if saved is not None else None)
-            )
-            plan.tools = self.registry.select(names)
-            plan.tool_names = [t.name for t in plan.tools]
-            plan.run_tool_choice = spec.tool_choice if spec.tool_choice is not None else "auto"
-        # Compiling checks the schema / tools before any turn runs; each turn gets a fresh matcher.
-        decls = [t.schema() for t in plan.tools] or None
-        spec = ConstraintSpec(mode, plan.schema, decls, plan.run_tool_choice, plan.lenient)
-        await asyncio.to_thread(grammar_for, backend, spec)
-        return plan
-
     async def _run(self, job: Job) -> None:
         spec = job.spec
         if spec is None:
@@ -120,7 +74,7 @@ class BatchRunner:
             self.writer.add(job, record(job, None, error=job.error))
             return
         try:
-            plan = await self._plan(spec)
+            plan = await plan_line(self.backend, self.settings, self.registry, spec)
         except RadixchatError as exc:
             job.failed = True
             self.writer.add(job, record(job, None, error=f"line {job.line}{id_note(job)}: {exc}"))
@@ -178,10 +132,8 @@ class BatchRunner:
                 max_calls=self.settings.max_tool_calls,
             )
             return tool_turn.final, tool_turn
-        plan.conv.add_user(text)
-        spec = ConstraintSpec(plan.mode, plan.schema, lenient=plan.lenient)
-        grammar = await asyncio.to_thread(grammar_for, self.backend, spec)
-        return await self.backend.reply(plan.conv, plan.params, grammar).result(), None
+        reply = await start_reply(self.backend, plan, text)
+        return await reply.result(), None
 
     def _write(self, job: Job, plan: Plan, session: SessionFile, kv: bool = False) -> None:
         """Write the line's session; with ``kv``, then its KV (best effort: a failure is one line on
@@ -195,3 +147,60 @@ class BatchRunner:
             return
         if saved.kv_notice:
             print(f"radixchat: session {name!r} saved; {saved.kv_notice}", file=sys.stderr)
+
+
+async def plan_line(
+    backend: ChatBackend, settings: Settings, registry: ToolRegistry, spec: BatchLine
+) -> Plan:
+    """How the conversation of ``spec`` runs (a batch line, or the one-turn line of ``radixchat -p``),
+    resolved from the line, its saved session and the settings. Raises RadixchatError (an unreadable or
+    other-model session, unknown tools, a schema the constraint refuses: ``ModeError``)."""
+    saved = None
+    if spec.session is not None:
+        saved = load_session(Path(spec.session), expect_model=backend.model_name)
+        conv = conversation_from_session(saved, backend.fmt, backend.model_name)
+    else:
+        system = spec.system if spec.system is not None else settings.system_prompt
+        conv = backend.new_conversation(system=system)
+    if spec.context_overflow is not None:
+        conv.context_overflow = spec.context_overflow
+    mode = saved.mode if saved is not None and "mode" not in spec.model_fields_set else spec.mode
+    # A continued session keeps its sampling settings; the line's own values win over them.
+    kept = saved.sampling.model_dump() if saved is not None else {}
+    given = {n: getattr(spec, n) for n in SamplingSettings.model_fields if getattr(spec, n) is not None}
+    sampling = SamplingSettings(**{**kept, **given})
+    plan = Plan(
+        conv=conv,
+        params=sampling_params(settings, stop=spec.stop or (), **sampling.model_dump()),
+        model=backend.model_name,
+        mode=mode,
+        sampling=sampling,
+        base=saved,
+        tool_names=[],
+    )
+    if saved is not None:
+        plan.tool_ctx.notes = saved.notes
+        plan.tool_choice = saved.tool_choice
+    if mode == "json":
+        plan.schema = spec.json_schema if spec.json_schema is not None or saved is None else saved.json_schema
+        plan.lenient = spec.schema_mode == "lenient"
+    if mode == "tool":
+        names = spec.tools if spec.tools is not None else (saved.tools or None if saved is not None else None)
+        plan.tools = registry.select(names)
+        plan.tool_names = [t.name for t in plan.tools]
+        plan.run_tool_choice = spec.tool_choice if spec.tool_choice is not None else "auto"
+    # Compiling checks the schema / tools before any turn runs; each turn gets a fresh matcher.
+    decls = [t.schema() for t in plan.tools] or None
+    constraint = ConstraintSpec(mode, plan.schema, decls, plan.run_tool_choice, plan.lenient)
+    await asyncio.to_thread(grammar_for, backend, constraint)
+    return plan
+
+
+async def start_reply(backend: ChatBackend, plan: Plan, text: str) -> Reply:
+    """Start the reply to ``text`` in a chat or json plan: the user message added, a fresh constraint,
+    the reply begun (iterate it for text, or await ``result()``). Raises RadixchatError
+    (ContextOverflowError, a refused request)."""
+    plan.conv.add_user(text)
+    spec = ConstraintSpec(plan.mode, plan.schema, lenient=plan.lenient)
+    grammar = await asyncio.to_thread(grammar_for, backend, spec)
+    return backend.reply(plan.conv, plan.params, grammar)
