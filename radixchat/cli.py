@@ -1,10 +1,10 @@
-"""The ``radixchat`` command: the chat app by default, ``--batch`` for headless runs.
+"""The ``radixchat`` command: the chat app by default, ``--batch`` for headless runs, ``-p`` for one prompt.
 
 Every ``Settings`` field is a flag (``--kv-pool-tokens``, ``--no-radix-cache``, ...), generated from the
 fields so ``--help`` cannot drift from the code. ``--backend URL`` runs everything on an OpenAI-compatible
-server; ``--list-models`` shows what it serves. Exit codes: 0 ok, 1 some conversation failed (batch),
-2 usage or configuration error, 3 the model failed to load or the remote server cannot be used,
-130 interrupted.
+server; ``--list-models`` shows what it serves. Exit codes: 0 ok, 1 some conversation failed (batch) or
+the reply failed (``-p``), 2 usage or configuration error, 3 the model failed to load or the remote
+server cannot be used, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radixchat",
         description="Terminal LLM chat with an in-process radix-tree KV cache engine.",
-        epilog="Without --batch, radixchat opens the chat app. Docs: README.md.",
+        epilog=(
+            'Without --batch or -p, radixchat opens the chat app. One prompt: radixchat -p "question"; '
+            'cat notes.md | radixchat -p "Summarise this". Docs: README.md.'
+        ),
     )
     parser.add_argument("--version", action="version", version=f"radixchat {__version__}")
     parser.add_argument(
@@ -70,6 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FILE",
         help="TOML config file (default: ~/.config/radixchat/config.toml)",
+    )
+    oneshot = parser.add_argument_group("one-shot prompt (the reply on stdout, then exit)")
+    oneshot.add_argument(
+        "-p",
+        "--prompt",
+        metavar="TEXT",
+        help="reply to TEXT and exit; text piped to stdin goes before TEXT, after a blank line "
+        "('-': the whole prompt is stdin)",
+    )
+    oneshot.add_argument("--json", action="store_true", help="with -p: the reply is a JSON object")
+    oneshot.add_argument(
+        "--schema", metavar="FILE", type=Path, help="with -p: the reply matches this JSON Schema file"
     )
     batch = parser.add_argument_group("headless batch mode")
     batch.add_argument(
@@ -166,6 +181,19 @@ def check_local_engine_settings(settings: Settings) -> None:
     check_weights_format(settings.weights, torch.device(device))
 
 
+def flag_conflict(ns: argparse.Namespace) -> str | None:
+    """Flags given together that cannot be (one line), or None."""
+    if ns.prompt is not None and ns.batch is not None:
+        return "-p and --batch cannot be used together (a batch line holds its own prompts)"
+    if ns.batch is None and (ns.output or ns.ordered or ns.save_sessions or ns.allow_tools):
+        return "--output, --ordered, --save-sessions and --allow-tools need --batch"
+    if ns.prompt is None and (ns.json or ns.schema is not None):
+        return '--json and --schema need -p (in batch mode a line says "mode": "json" and its "schema")'
+    if ns.prompt is not None and ns.session is not None:
+        return "--session opens a session in the chat app; it cannot be used with -p"
+    return None
+
+
 def error(msg: str) -> None:
     print(f"radixchat: {msg}", file=sys.stderr, flush=True)
 
@@ -178,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         error(str(exc))
         return ExitCode.USAGE
-    configure_logging(settings, interactive=ns.batch is None and not ns.list_models)
+    if problem := flag_conflict(ns):
+        error(problem)
+        return ExitCode.USAGE
+    configure_logging(settings, interactive=ns.batch is None and ns.prompt is None and not ns.list_models)
     try:
         check_local_engine_settings(settings)
     except ConfigError as exc:
@@ -197,9 +228,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             with settled_heap():
                 return run_batch(settings, options)
-        if ns.output or ns.ordered or ns.save_sessions or ns.allow_tools:
-            error("--output, --ordered, --save-sessions and --allow-tools need --batch")
-            return ExitCode.USAGE
+        if ns.prompt is not None:
+            from radixchat.batch import OneShotOptions, run_oneshot
+
+            with settled_heap():
+                return run_oneshot(settings, OneShotOptions(ns.prompt, ns.json, ns.schema))
         from radixchat.tui.app import run_app
 
         with settled_heap():

@@ -16,7 +16,8 @@ record and the others go on. This package never imports Textual.
 - ``process``: the run itself: signals, the backend, exit codes.
 """
 
+from radixchat.batch.oneshot import OneShotOptions, run_oneshot
 from radixchat.batch.options import BatchOptions
 from radixchat.batch.process import run_batch
 
-__all__ = ["BatchOptions", "run_batch"]
+__all__ = ["BatchOptions", "OneShotOptions", "run_batch", "run_oneshot"]
