@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Terminal LLM chat with an in-process radix-tree KV cache engine.",
         epilog=(
             'Without --batch or -p, radixchat opens the chat app. One prompt: radixchat -p "question"; '
-            'cat notes.md | radixchat -p "Summarise this". Docs: README.md.'
+            'cat notes.md | radixchat -p "Summarise this". Exit codes: 0 ok, 1 a reply or conversation '
+            "failed, 2 usage, 3 the model or server cannot be used, 130 Ctrl-C. Docs: README.md."
         ),
     )
     parser.add_argument("--version", action="version", version=f"radixchat {__version__}")
