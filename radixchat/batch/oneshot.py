@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from radixchat.batch.input import BatchLine, read_input
-from radixchat.batch.process import catch_signals, open_backend, release_signals
+from radixchat.batch.process import Stopper, open_backend
 from radixchat.batch.runner import plan_line, start_reply
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult
 from radixchat.chat.schema_check import schema_errors
@@ -159,17 +159,8 @@ class Stdout:
 
 
 async def _run(settings: Settings, line: BatchLine, options: OneShotOptions) -> int:
-    main = asyncio.current_task()
-    assert main is not None
-    stopped_by: int | None = None
-
-    def stop(signum: int) -> None:
-        nonlocal stopped_by
-        if stopped_by is None:
-            stopped_by = signum
-            main.cancel()
-
-    catch_signals(stop)
+    stopper = Stopper()
+    stopper.catch_signals()
     status, out = Status(sys.stderr), Stdout(sys.stdout)
     backend: ChatBackend | None = None
     reply: Reply | None = None
@@ -197,17 +188,17 @@ async def _run(settings: Settings, line: BatchLine, options: OneShotOptions) -> 
                 reply.cancel()
         result = await reply.result()
     except asyncio.CancelledError:
-        if stopped_by is None:
+        if stopper.by is None:
             raise
         if reply is not None:
             reply.cancel()
         status.clear()
         if out.written:
             out.end_line()  # what was printed stays, and the shell's prompt starts on its own line
-        error(f"interrupted ({signal.Signals(stopped_by).name})")
-        return signal_exit_code(stopped_by)
+        error(f"interrupted ({signal.Signals(stopper.by).name})")
+        return signal_exit_code(stopper.by)
     finally:
-        release_signals()
+        stopper.release_signals()
         status.clear()
         if backend is not None:
             await backend.aclose()
@@ -234,5 +225,5 @@ def _outcome(result: TurnResult, line: BatchLine, settings: Settings) -> int:
             error(f"the reply breaks the schema: {problems[0]}")
             return ExitCode.FAILED
     elif cut and sys.stderr is not None and sys.stderr.isatty():
-        error(f"(the reply stopped at --max-tokens, {settings.max_tokens})")
+        error(f"the reply stopped at --max-tokens ({settings.max_tokens})")
     return ExitCode.OK

@@ -9,7 +9,6 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Callable
 
 from radixchat.batch.input import Job, check_session_names, parse_lines, read_input
 from radixchat.batch.options import BatchOptions
@@ -54,22 +53,13 @@ def run_batch(settings: Settings, options: BatchOptions) -> int:
 
 async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -> int:
     started = time.perf_counter()
-    main = asyncio.current_task()
-    assert main is not None
-    stopped_by: int | None = None  # the signal number, or 0 when the output broke
-
-    def stop(signum: int) -> None:
-        nonlocal stopped_by
-        if stopped_by is None:
-            stopped_by = signum
-            main.cancel()
-
-    catch_signals(stop)
+    stopper = Stopper()
+    stopper.catch_signals()
     backend = out = None
     try:
         backend = await open_backend(settings)
         out = open_output(options.output)  # only now: a model that fails to load leaves the file as it was
-        writer = Writer(out, jobs, options.ordered, on_error=lambda: stop(0))
+        writer = Writer(out, jobs, options.ordered, on_error=lambda: stopper.stop(0))
         progress = Progress(sum(len(j.spec.turns) for j in jobs if j.spec))
         runner = BatchRunner(backend, settings, writer, progress, options.save_sessions, options.allow_tools)
         try:
@@ -77,23 +67,23 @@ async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -
         finally:
             progress.close()
     except asyncio.CancelledError:
-        if stopped_by is None:
+        if stopper.by is None:
             raise
     finally:
-        release_signals()
+        stopper.release_signals()
         if backend is not None:
             await backend.aclose()
         if out is not None:
-            if stopped_by:
+            if stopper.by:
                 writer.flush_all()
             close_output(out, writer)
     if out is not None and writer.error is not None:
         print(f"radixchat: cannot write the output: {writer.error.strerror or writer.error}", file=sys.stderr)
         return ExitCode.FAILED
-    if stopped_by:
-        name = signal.Signals(stopped_by).name
+    if stopper.by:
+        name = signal.Signals(stopper.by).name
         print(f"radixchat: interrupted ({name}); completed turns were written", file=sys.stderr)
-        return signal_exit_code(stopped_by)
+        return signal_exit_code(stopper.by)
     assert backend is not None
     done = f"{len(jobs)} conversations, {runner.turns} turns, {summary(backend.totals(), started)}"
     print(f"radixchat: {done}", file=sys.stderr)
@@ -109,22 +99,33 @@ async def open_backend(settings: Settings, progress: LoadProgress = lambda _: No
     return backend
 
 
-# Stopped by these, a run ends with what completed and 128 + the signal (``signal_exit_code``).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+class Stopper:
+    """Ends a run in order: Ctrl-C or SIGTERM (between ``catch_signals`` and ``release_signals``), or the
+    run itself (``stop(0)``: its output broke), cancels the task that made it, once, instead of raising
+    KeyboardInterrupt wherever the code happens to be. ``by`` says what stopped it."""
 
+    # Stopped by these, a run ends with what completed and 128 + the signal (``signal_exit_code``).
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-def catch_signals(stop: Callable[[int], None]) -> None:
-    """From now on Ctrl-C and SIGTERM call ``stop(signum)`` on the running event loop (instead of raising
-    KeyboardInterrupt wherever the code happens to be), so a run can end in order."""
-    loop = asyncio.get_running_loop()
-    for signum in STOP_SIGNALS:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, stop, signum)
+    def __init__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "made on the event loop, by the run's task"
+        self.task = task
+        self.by: int | None = None  # the signal number, or 0 when the output broke
 
+    def stop(self, signum: int) -> None:
+        if self.by is None:
+            self.by = signum
+            self.task.cancel()
 
-def release_signals() -> None:
-    """Undo ``catch_signals``."""
-    loop = asyncio.get_running_loop()
-    for signum in STOP_SIGNALS:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.remove_signal_handler(signum)
+    def catch_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in self.SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, self.stop, signum)
+
+    def release_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in self.SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signum)
