@@ -13,7 +13,8 @@ record and the others go on. This package never imports Textual.
 - ``input``: the JSON Lines format, read and checked;
 - ``output``: records, the writer, the progress line, the output targets;
 - ``runner``: each line's plan and turns, and its saved session;
-- ``process``: the run itself: signals, the backend, exit codes.
+- ``process``: the run itself: signals, the backend, exit codes;
+- ``oneshot``: ``radixchat -p PROMPT``, a run of one one-turn line whose reply streams to stdout as text.
 """
 
 from radixchat.batch.oneshot import OneShotOptions, run_oneshot
