@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     oneshot.add_argument(
         "--schema", metavar="FILE", type=Path, help="with -p: the reply matches this JSON Schema file"
     )
+    oneshot.add_argument(
+        "-a",
+        "--attach",
+        metavar="FILE",
+        type=Path,
+        action="append",
+        help="with -p: put FILE (text, code or PDF) into the prompt, before its text; repeatable",
+    )
     batch = parser.add_argument_group("headless batch mode")
     batch.add_argument(
         "--batch", metavar="FILE", help="run conversations from a JSON Lines file ('-' for stdin)"
@@ -190,6 +198,8 @@ def flag_conflict(ns: argparse.Namespace) -> str | None:
         return "--output, --ordered, --save-sessions and --allow-tools need --batch"
     if ns.prompt is None and (ns.json or ns.schema is not None):
         return '--json and --schema need -p (in batch mode a line says "mode": "json" and its "schema")'
+    if ns.prompt is None and ns.attach:
+        return '--attach needs -p (in batch mode a line lists its "attachments"; in the chat app type @FILE)'
     if ns.prompt is not None and ns.session is not None:
         return "--session opens a session in the chat app; it cannot be used with -p"
     return None
@@ -233,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             from radixchat.batch import OneShotOptions, run_oneshot
 
             with settled_heap():
-                return run_oneshot(settings, OneShotOptions(ns.prompt, ns.json, ns.schema))
+                return run_oneshot(
+                    settings, OneShotOptions(ns.prompt, ns.json, ns.schema, tuple(ns.attach or ()))
+                )
         from radixchat.tui.app import run_app
 
         with settled_heap():

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from radixchat.chat.attachments import Attachment, AttachmentError, read_attachment
 from radixchat.chat.session import session_path
 from radixchat.errors import RadixchatError
 
@@ -44,6 +45,8 @@ class BatchLine(BaseModel):
     tool_choice: str | dict[str, Any] | None = None
     # When the history outgrows the model's context: drop its oldest turns, or fail the turn.
     context_overflow: Literal["drop-oldest", "error"] | None = None
+    # Files (paths relative to the input file) that go into the first turn's message, before its text.
+    attachments: list[str] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> BatchLine:
@@ -72,6 +75,7 @@ class Job:
     spec: BatchLine | None = None
     error: str | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+    attachments: list[Attachment] = field(default_factory=list)  # read when the line is, for its first turn
     done: bool = False
     failed: bool = False
 
@@ -106,8 +110,10 @@ def _where(loc: tuple[Any, ...]) -> str:
     return str(loc[0]) + "".join(f"[{part}]" for part in loc[1:] if isinstance(part, int))
 
 
-def parse_lines(text: str) -> list[Job]:
-    """One job per non-blank line; invalid lines become jobs that carry their error."""
+def parse_lines(text: str, base: Path | None = None) -> list[Job]:
+    """One job per non-blank line; invalid lines become jobs that carry their error. Attachments are read
+    here, relative to ``base`` (the input file's folder; None: the working directory), so a file that
+    cannot be attached fails its line before anything runs."""
     jobs: list[Job] = []
     seen: set[str] = set()
     # Lines end at "\n" only: U+2028 or NEL inside a JSON string must not split a line.
@@ -141,7 +147,17 @@ def parse_lines(text: str) -> list[Job]:
             job.error = f"line {lineno}{id_note(job)}: duplicate id"
             job.spec = None
         seen.add(key)
+        if job.spec is not None and job.spec.attachments:
+            _read_attachments(job, job.spec.attachments, base or Path())
     return jobs
+
+
+def _read_attachments(job: Job, names: list[str], base: Path) -> None:
+    try:
+        job.attachments = [read_attachment(base / name, name) for name in names]
+    except AttachmentError as exc:
+        job.error = f"line {job.line}{id_note(job)}: attachments: {exc}"
+        job.spec = None
 
 
 def check_session_names(jobs: list[Job], save_dir: Path) -> None:

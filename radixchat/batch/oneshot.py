@@ -10,7 +10,8 @@ stdout carries the reply and nothing else (one final newline added); stderr the 
 and, on a terminal only, what is loading. Exit codes (``radixchat.exit_codes``): 0 the reply finished
 (or reached ``--max-tokens`` in chat mode), 1 the reply failed (it does not fit the context, the engine
 or server failed, a JSON reply was cut short, stdout was closed), 2 usage (empty prompt, bad schema
-file), 3 the model failed to load, 130 Ctrl-C (what was printed stays), 143 SIGTERM.
+file, a file that cannot be attached), 3 the model failed to load, 130 Ctrl-C (what was printed stays),
+143 SIGTERM.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import IO, Any
 from radixchat.batch.input import BatchLine, read_input
 from radixchat.batch.process import Stopper, open_backend
 from radixchat.batch.runner import plan_line, start_reply
+from radixchat.chat.attachments import compose_message, read_attachment
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult
 from radixchat.chat.schema_check import schema_errors
 from radixchat.chat.tools import ToolRegistry
@@ -41,6 +43,7 @@ class OneShotOptions:
     prompt: str  # the question, or "-" for all of stdin
     json: bool = False  # constrain the reply to a JSON object
     schema: Path | None = None  # constrain it to this JSON Schema (implies json)
+    attach: tuple[Path, ...] = ()  # files put into the prompt, before its text (``-a``)
 
 
 def error(msg: str) -> None:
@@ -97,6 +100,7 @@ def run_oneshot(settings: Settings, options: OneShotOptions) -> int:
     try:
         prompt = read_prompt(options.prompt, sys.stdin)
         schema = read_schema(options.schema) if options.schema is not None else None
+        prompt = compose_message(prompt, [read_attachment(path) for path in options.attach])
     except RadixchatError as exc:
         error(str(exc))
         return ExitCode.USAGE

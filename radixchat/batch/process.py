@@ -9,6 +9,7 @@ import contextlib
 import signal
 import sys
 import time
+from pathlib import Path
 
 from radixchat.batch.input import Job, check_session_names, parse_lines, read_input
 from radixchat.batch.options import BatchOptions
@@ -37,7 +38,7 @@ def run_batch(settings: Settings, options: BatchOptions) -> int:
     except RadixchatError as exc:
         print(f"radixchat: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    jobs = parse_lines(text)
+    jobs = parse_lines(text, None if options.source == "-" else Path(options.source).parent)
     if not jobs:
         print("radixchat: the batch input has no conversations", file=sys.stderr)
         return ExitCode.USAGE

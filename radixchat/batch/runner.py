@@ -11,6 +11,7 @@ from pathlib import Path
 
 from radixchat.batch.input import BatchLine, Job, id_note
 from radixchat.batch.output import Progress, Writer, record
+from radixchat.chat.attachments import compose_message
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult, grammar_for, sampling_params
 from radixchat.chat.conversation import Conversation
 from radixchat.chat.modes import ConstraintSpec
@@ -82,6 +83,8 @@ class BatchRunner:
         kept, written = len(plan.conv.messages), 0  # messages and records of the completed turns
         try:
             for turn, text in enumerate(spec.turns):
+                if turn == 0:
+                    text = compose_message(text, job.attachments)
                 try:
                     result, tool_turn = await self._turn(plan, text)
                 except RadixchatError as exc:

@@ -159,3 +159,58 @@ def compose_message(text: str, attachments: Sequence[Attachment]) -> str:
         return text
     blocks = "\n\n".join(a.block() for a in attachments)
     return f"{blocks}\n\n{text}" if text.strip() else blocks
+
+
+# ``@path`` or ``@"path with spaces"``, at the start or after whitespace (so an e-mail address is not one).
+MENTION = re.compile(r'(?<!\S)@(?:"([^"\n]+)"|(\S+))')
+# Punctuation that ends a sentence more often than a file name: "see @notes.md." attaches notes.md.
+TRAILING = ".,;:!?)]}'\""
+
+
+def mentioned_files(text: str, base: Path) -> list[str]:
+    """The files ``text`` mentions as ``@path`` (relative to ``base``, absolute, or from ``~``), in order,
+    each once, as written. An ``@`` word that names no file (``@alice``, a folder) is plain text."""
+    found: list[str] = []
+    for match in MENTION.finditer(text):
+        word = match.group(1) or match.group(2)
+        for name in (word, word.rstrip(TRAILING)):
+            if name and name not in found and _resolve(name, base).is_file():
+                found.append(name)
+                break
+    return found
+
+
+def _resolve(name: str, base: Path) -> Path:
+    return base / Path(name).expanduser()
+
+
+def read_mentioned(text: str, base: Path) -> list[Attachment]:
+    """The attachments ``text`` mentions (``mentioned_files``), read. Raises AttachmentError."""
+    return [read_attachment(_resolve(name, base), name) for name in mentioned_files(text, base)]
+
+
+def complete_path(word: str, base: Path) -> str | None:
+    """``word`` (what follows an ``@``) completed as far as the entries of its folder agree, a folder
+    with its ``/``; None when nothing matches or nothing is left to add. Hidden entries only for a word
+    that starts them with a dot."""
+    folder, _, prefix = word.rpartition("/")
+    where = _resolve(folder or ".", base) if folder else base
+    try:
+        names = sorted(
+            entry.name + ("/" if entry.is_dir() else "")
+            for entry in where.iterdir()
+            if entry.name.startswith(prefix) and (prefix.startswith(".") or not entry.name.startswith("."))
+        )
+    except OSError:
+        return None
+    if not names:
+        return None
+    common = names[0] if len(names) == 1 else _common_prefix(names)
+    done = f"{folder}/{common}" if folder else common
+    return done if done != word else None
+
+
+def _common_prefix(names: list[str]) -> str:
+    first, last = min(names), max(names)
+    size = next((i for i, (a, b) in enumerate(zip(first, last)) if a != b), min(len(first), len(last)))
+    return first[:size]

@@ -165,6 +165,12 @@ class ChatBackend(ABC):
         leave the context; the result's ``dropped_turns`` says how many). Raises RadixchatError
         (ContextOverflowError, a refused request) with the conversation's messages all kept."""
 
+    def count_tokens(self, text: str) -> int | None:
+        """How many tokens ``text`` takes in this backend's vocabulary (an attachment's size before it is
+        sent); None where that is not known here (a remote server tokenizes). Blocks for the tokenizer's
+        time on long texts: call it off the event loop for those."""
+        return len(self.fmt.encode(text))
+
     def warm(self, ids: Sequence[int]) -> None:  # noqa: B027  (a default: nothing to warm)
         """Prefill ``ids`` in the background (an opened session's history), so the next turn hits."""
 

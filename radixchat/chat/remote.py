@@ -152,6 +152,9 @@ class RemoteBackend(ChatBackend):
 
     # -- the chat protocol -------------------------------------------------------------------------------
 
+    def count_tokens(self, text: str) -> int | None:
+        return None  # the server tokenizes, and says how many only once the prompt is sent
+
     def new_conversation(self, system: str | None = None, tools: list[dict] | None = None) -> Conversation:
         return Conversation(self.fmt, system=system, tools=tools)  # type: ignore[arg-type]
 

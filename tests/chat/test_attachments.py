@@ -10,8 +10,11 @@ from radixchat.chat.attachments import (
     MAX_FILE_BYTES,
     Attachment,
     AttachmentError,
+    complete_path,
     compose_message,
+    mentioned_files,
     read_attachment,
+    read_mentioned,
 )
 
 
@@ -152,3 +155,30 @@ def test_a_message_without_attachments_is_the_text_itself() -> None:
 
 def test_attachments_without_a_question_are_the_message() -> None:
     assert compose_message("  ", [Attachment("a", "x")]) == "File: a\n```\nx\n```"
+
+
+def test_at_words_that_name_files_are_mentions_in_order_each_once(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x")
+    (tmp_path / "my notes.md").write_text("y")
+    (tmp_path / "sub").mkdir()
+    text = 'Compare @a.py with @"my notes.md", ask @alice, not me@a.py; @sub is a folder; again @a.py.'
+    assert mentioned_files(text, tmp_path) == ["a.py", "my notes.md"]
+
+
+def test_mentions_are_read_as_attachments_named_as_written(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = 1\n")
+    assert read_mentioned("see @a.py", tmp_path) == [Attachment("a.py", "x = 1\n", "text", "python")]
+
+
+def test_completion_extends_to_what_the_entries_share(tmp_path: Path) -> None:
+    for name in ("report-2025.md", "report-2026.md", ".hidden"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text("x")
+    assert complete_path("rep", tmp_path) == "report-202"
+    assert complete_path("report-202", tmp_path) is None  # nothing more they agree on
+    assert complete_path("sr", tmp_path) == "src/"
+    assert complete_path("src/m", tmp_path) == "src/main.py"
+    assert complete_path("zzz", tmp_path) is None
+    assert complete_path(".h", tmp_path) == ".hidden"
+    assert complete_path("", tmp_path) is None  # report-2025.md, report-2026.md and src/ share nothing

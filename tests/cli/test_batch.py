@@ -426,3 +426,23 @@ def test_a_conversation_that_outgrows_the_context_drops_its_oldest_turns(tmp_pat
     assert "no longer fits the model's context of 320 tokens" in strict[-1]["error"]
     (bad,) = [r for r in recs if r["id"] == "bad"]
     assert "context_overflow" in bad["error"] and "'drop-oldest'" in bad["error"]
+
+
+def test_a_lines_attachments_go_into_its_first_turn_before_the_text(tmp_path):
+    (tmp_path / "notes.md").write_text("# Notes\n\nThe launch moves to May.\n")
+    composed = "File: notes.md\n```markdown\n# Notes\n\nThe launch moves to May.\n```\n\nWhen is the launch?"
+    rows = [
+        {"id": "attached", "turns": ["When is the launch?", "Thanks."], "attachments": ["notes.md"]},
+        {"id": "written", "turns": [composed, "Thanks."]},
+        {"id": "missing", "turns": ["x"], "attachments": ["../nope/missing.md"]},
+    ]
+    proc = run(["--batch", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--ordered", "--max-tokens", "12"])
+    assert proc.returncode == 1, proc.stderr
+    recs = records(proc.stdout)
+    replies = {(r["id"], r["turn"]): r["reply"] for r in recs}
+    assert replies[("attached", 0)] == replies[("written", 0)]
+    assert replies[("attached", 1)] == replies[("written", 1)]
+    assert (
+        recs[-1]["error"]
+        == "line 3 (id 'missing'): attachments: cannot attach ../nope/missing.md: no such file"
+    )

@@ -122,3 +122,34 @@ def test_ids_that_would_share_a_session_file_fail_the_later_line(tmp_path: Path)
         "line 2 (id 'a-b'): its session file a-b.json would overwrite the one of line 1 (id 'a/b'); "
         "use ids that differ in letters or digits"
     )
+
+
+def test_attachments_are_read_relative_to_the_input_files_folder(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.py").write_text("x = 1\n")
+    [job] = parse_lines('{"id": 1, "turns": ["Explain."], "attachments": ["docs/a.py"]}', tmp_path)
+    assert job.error is None
+    assert [(a.name, a.text, a.language) for a in job.attachments] == [("docs/a.py", "x = 1\n", "python")]
+
+
+def test_an_attachment_that_cannot_be_read_is_its_lines_error(tmp_path: Path) -> None:
+    (tmp_path / "img.bin").write_bytes(b"\x00\x01")
+    text = "\n".join(
+        [
+            '{"id": "gone", "turns": ["x"], "attachments": ["missing.txt"]}',
+            '{"id": "bin", "turns": ["x"], "attachments": ["img.bin"]}',
+            '{"id": "ok", "turns": ["x"]}',
+        ]
+    )
+    jobs = parse_lines(text, tmp_path)
+    assert [j.error for j in jobs] == [
+        "line 1 (id 'gone'): attachments: cannot attach missing.txt: no such file",
+        "line 2 (id 'bin'): attachments: cannot attach img.bin: a binary file (only text, code and PDF "
+        "can be attached)",
+        None,
+    ]
+    assert jobs[0].spec is None and jobs[1].spec is None
+
+
+def test_attachments_must_be_a_list_of_paths() -> None:
+    assert "attachments" in errors('{"id": 1, "turns": ["x"], "attachments": "a.txt"}')[1]

@@ -24,6 +24,7 @@ QUESTION = "What is the capital of France?"
 NOTES = "Meeting notes: the team chose blue for the logo.\nThe launch moves to May.\n"
 SUMMARY_ASK = "Summarise this in one sentence."
 STDIN_PROMPT = "Name three colours."
+NOTES_FILE = "notes.txt"
 
 
 def run(args, stdin: str = "", timeout: int = 300) -> subprocess.CompletedProcess[str]:
@@ -44,6 +45,7 @@ def batch_replies(tmp_path_factory) -> dict[str, str]:
         "question": QUESTION,
         "piped": NOTES.rstrip() + "\n\n" + SUMMARY_ASK,
         "stdin": STDIN_PROMPT,
+        "attached": f"File: {NOTES_FILE}\n```\n{NOTES}```\n\n{SUMMARY_ASK}",
     }
     path = tmp_path_factory.mktemp("oneshot") / "in.jsonl"
     path.write_text("".join(json.dumps({"id": k, "turns": [v]}) + "\n" for k, v in prompts.items()))
@@ -72,6 +74,14 @@ def test_dash_reads_the_whole_prompt_from_stdin(batch_replies):
     assert proc.stdout == printed(batch_replies["stdin"])
 
 
+def test_attached_files_come_before_the_question_as_named_blocks(batch_replies, tmp_path, monkeypatch):
+    (tmp_path / NOTES_FILE).write_text(NOTES)
+    monkeypatch.chdir(tmp_path)
+    proc = run(["-p", SUMMARY_ASK, "-a", NOTES_FILE, *SETTINGS])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == printed(batch_replies["attached"])
+
+
 def test_json_gives_a_json_object():
     proc = run(["-p", "Describe a cat as JSON.", "--json", "--temperature", "0", "--max-tokens", "48"])
     assert proc.returncode == 0, proc.stderr
@@ -97,6 +107,7 @@ def test_usage_errors_exit_2_with_one_line_before_the_model_loads(tmp_path):
     (tmp_path / "broken.json").write_text('{"type": "object",')
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "bad-type.json").write_text('{"type": "strnig"}')
+    (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8\xff\x00")
     cases = [
         (["-p", ""], "", "the prompt is empty"),
         (["-p", "   "], "some piped text", "the prompt is empty"),
@@ -106,6 +117,9 @@ def test_usage_errors_exit_2_with_one_line_before_the_model_loads(tmp_path):
         (["-p", "x", "--schema", str(tmp_path / "list.json")], "", "not a list"),
         (["-p", "x", "--schema", str(tmp_path / "bad-type.json")], "", "not a valid JSON Schema"),
         (["--json"], "", "need -p"),
+        (["-p", "x", "-a", str(tmp_path / "photo.jpg")], "", "photo.jpg: a binary file"),
+        (["-p", "x", "-a", str(tmp_path / "gone.txt")], "", "gone.txt: no such file"),
+        (["-a", str(tmp_path / "gone.txt")], "", "--attach needs -p"),
         (["-p", "x", "--batch", "-"], "", "cannot be used together"),
     ]
     for args, stdin, message in cases:
