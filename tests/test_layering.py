@@ -259,12 +259,18 @@ def test_importing_the_app_and_batch_mode_does_not_import_torch():
     assert out.strip() == "[]"
 
 
+def test_the_app_and_batch_mode_import_pypdf_only_for_a_pdf():
+    code = "import sys, radixchat.cli, radixchat.tui.app, radixchat.batch; print('pypdf' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
 def test_the_first_frame_loads_no_modal_screen():
     """Start-up (issue 12: ``--backend URL`` to a usable prompt in <= 0.5 s) imports only what the chat
     screen draws: the dialogs and screens that open on a key load when they open."""
     modal = [
         f"radixchat.tui.screens.{m}"
-        for m in ("branches", "dialogs", "schema", "sessions", "settings", "tools")
+        for m in ("attach", "branches", "dialogs", "schema", "sessions", "settings", "tools")
     ]
     code = f"import sys, radixchat.cli, radixchat.tui.app; print(sorted(m for m in {modal!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -295,6 +301,7 @@ TUI_CONTROLLERS = (
     "radixchat.tui.tool_turn_view",
     "radixchat.tui.lenient",
     "radixchat.tui.host",
+    "radixchat.tui.attach_control",
 )
 
 

@@ -29,6 +29,7 @@ from radixchat.chat.modes import MODES, Mode, ModeError
 from radixchat.chat.session import SessionFile
 from radixchat.chat.tools import ToolRegistry
 from radixchat.config import Settings
+from radixchat.tui.attach_control import AttachControl
 from radixchat.tui.chat_core import ChatCore
 from radixchat.tui.context import context_use
 from radixchat.tui.in_flight import ReplyInFlight
@@ -45,6 +46,7 @@ from radixchat.tui.state import ChatState, display_messages
 from radixchat.tui.tools import choice_label
 from radixchat.tui.turn_control import TurnControl
 from radixchat.tui.widgets.assistant_message import AssistantMessage
+from radixchat.tui.widgets.attachment_bar import AttachmentBar
 from radixchat.tui.widgets.prompt import PromptHistory, PromptInput
 from radixchat.tui.widgets.side_panel import SidePanel
 from radixchat.tui.widgets.status_bar import StatusBar, StatusInfo
@@ -71,6 +73,7 @@ class ChatScreen(Screen[None]):
         Binding("f3", "branches", "Branches", id="branches", show=False),
         # Not Ctrl+Y: the prompt (a TextArea) takes it for redo, so it did nothing there.
         Binding("ctrl+g", "copy_last", "Copy reply", id="copy.last", show=False),
+        Binding("f6", "attach_file", "Attach file", id="attach.pick", show=False),
     ]
 
     def __init__(self, settings: Settings, session: SessionFile | str | None = None) -> None:
@@ -78,6 +81,7 @@ class ChatScreen(Screen[None]):
         self.core = ChatCore(settings, session)
         self.sessions = SessionControl(self.core, self)
         self.turns = TurnControl(self.core, self)
+        self.attach = AttachControl(self.core, self)
         self.turns_finished = 0  # replies fully handled (rendered, autosaved)
         self._panels_on: bool | None = None  # None: automatic (by width)
         self._narrow: bool | None = None
@@ -89,6 +93,7 @@ class ChatScreen(Screen[None]):
             with Vertical(id="chat"):
                 yield Transcript(id="transcript")
                 yield StatusBar(id="status")
+                yield AttachmentBar(id="attachments")
                 yield PromptInput(
                     PromptHistory(), id="prompt", placeholder="Message (Enter sends, Ctrl+J newline)"
                 )
@@ -285,8 +290,16 @@ class ChatScreen(Screen[None]):
         return self.in_flight.view if self.in_flight is not None else None
 
     async def on_prompt_submitted(self, event: PromptSubmitted) -> None:
-        if await self.turns.send(event.text):
+        message = await self.attach.message(event.text)  # None: a file cannot be attached (said why)
+        if message is not None and await self.turns.send(message):
             self.prompt.accept(event.text)
+
+    def on_text_area_changed(self) -> None:  # the prompt is the screen's only text area
+        bar = self.query_one(AttachmentBar)
+        self.run_worker(self.attach.measure(self.prompt.text, bar), group="attachments", exclusive=True)
+
+    def action_attach_file(self) -> None:
+        self.attach.pick()
 
     async def on_turn_finished(self, event: TurnFinished) -> None:
         if self.backend is None:  # shutting down

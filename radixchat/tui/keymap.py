@@ -30,6 +30,7 @@ APP_BINDINGS: list[BindingType] = [
 def binding_groups() -> list[tuple[str, Sequence[BindingType]]]:
     """(group title, bindings) for every screen and widget, in the order F1 shows them."""
     from radixchat.tui.chat_screen import ChatScreen
+    from radixchat.tui.screens.attach import AttachScreen
     from radixchat.tui.screens.branches import BranchesScreen
     from radixchat.tui.screens.consent import ConsentScreen
     from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
@@ -43,9 +44,11 @@ def binding_groups() -> list[tuple[str, Sequence[BindingType]]]:
     from radixchat.tui.widgets.prompt import PromptInput
     from radixchat.tui.widgets.user_message import UserMessage
 
+    # Attaching's keys, the chat screen's and the prompt's, together: one feature, one group.
+    attach = [b for b in [*ChatScreen.BINDINGS, *PromptInput.BINDINGS] if _id(b) in ATTACH_IDS]
     return [
-        ("Chat", [*ChatScreen.BINDINGS, *APP_BINDINGS]),
-        ("Prompt", PromptInput.BINDINGS),
+        ("Chat", [*_without(ChatScreen.BINDINGS, ATTACH_IDS), *APP_BINDINGS]),
+        ("Prompt", _without(PromptInput.BINDINGS, ATTACH_IDS)),
         ("Selected message", MessageView.BINDINGS + UserMessage.BINDINGS + AssistantMessage.BINDINGS),
         ("Session browser", SessionsScreen.BINDINGS),
         ("Tool consent", ConsentScreen.BINDINGS),
@@ -53,9 +56,21 @@ def binding_groups() -> list[tuple[str, Sequence[BindingType]]]:
         ("Schema (F4 in json mode)", SchemaScreen.BINDINGS),
         ("Session settings", SettingsScreen.BINDINGS),
         ("Branches", BranchesScreen.BINDINGS),
+        ("Attach files", [*attach, *AttachScreen.BINDINGS]),
         ("Dialogs", NameDialog.BINDINGS + ConfirmDialog.BINDINGS),
         ("Help", HelpScreen.BINDINGS),
     ]
+
+
+ATTACH_IDS = frozenset({"attach.pick", "prompt.complete"})
+
+
+def _id(binding: BindingType) -> str | None:
+    return binding.id if isinstance(binding, Binding) else None
+
+
+def _without(bindings: Sequence[BindingType], ids: frozenset[str]) -> list[BindingType]:
+    return [b for b in bindings if _id(b) not in ids]
 
 
 def binding_ids() -> set[str]:

@@ -1,10 +1,15 @@
-"""The multi-line prompt: Enter sends, Ctrl+J (or Shift/Alt+Enter) inserts a newline, Up/Down recall."""
+"""The multi-line prompt: Enter sends, Ctrl+J (or Shift/Alt+Enter) inserts a newline, Up/Down recall,
+Tab completes an ``@path``."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 from textual.binding import Binding
 from textual.widgets import TextArea
 
+from radixchat.chat.attachments import complete_path
 from radixchat.tui.messages import PromptSubmitted
 from radixchat.tui.widgets.ordered_keys import OrderedKeys
 
@@ -62,6 +67,7 @@ class PromptInput(OrderedKeys, TextArea):
         Binding("ctrl+j,shift+enter,alt+enter", "newline", "Newline", id="prompt.newline", key_display="^J"),
         Binding("up", "history_older", "Earlier prompt", id="prompt.history_older", show=False),
         Binding("down", "history_newer", "Later prompt", id="prompt.history_newer", show=False),
+        Binding("tab", "complete", "Complete @path", id="prompt.complete", show=False),
     ]
 
     def __init__(self, history: PromptHistory | None = None, **kwargs: object) -> None:
@@ -93,6 +99,18 @@ class PromptInput(OrderedKeys, TextArea):
         text = self.prompts.newer()
         if text is not None:
             self._show(text, at_end=True)
+
+    def action_complete(self) -> None:
+        """After ``@`` and part of a path: complete it as far as the files agree (from the working
+        directory). Elsewhere Tab moves the focus on, as it does without this binding."""
+        row, col = self.cursor_location
+        mention = re.search(r"(?:^|\s)@(\S*)$", self.document.get_line(row)[:col])
+        if mention is None:
+            self.screen.focus_next()
+            return
+        done = complete_path(mention.group(1), Path.cwd())
+        if done is not None:
+            self.insert(done[len(mention.group(1)) :])
 
     def accept(self, text: str) -> None:
         """The app sent ``text``: remember it and clear the box."""
