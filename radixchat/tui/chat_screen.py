@@ -73,7 +73,7 @@ class ChatScreen(Screen[None]):
         Binding("f3", "branches", "Branches", id="branches", show=False),
         # Not Ctrl+Y: the prompt (a TextArea) takes it for redo, so it did nothing there.
         Binding("ctrl+g", "copy_last", "Copy reply", id="copy.last", show=False),
-        Binding("f6", "attach_file", "Attach file", id="attach.pick", show=False),
+        Binding("f8", "attach_file", "Attach file", id="attach.pick", show=False),
     ]
 
     def __init__(self, settings: Settings, session: SessionFile | str | None = None) -> None:

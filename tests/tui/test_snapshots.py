@@ -203,3 +203,17 @@ def test_session_browser(snap_compare, settings, tui_env, monkeypatch, utc):
     warm = {kv_owner(session_path(settings.sessions_dir, "trip-to-lisbon")): list(range(2400))}
     app = app_for(settings, backend=FakeBackend(replies(), kv=warm))
     assert snap_compare(app, terminal_size=WIDE, run_before=run_before)
+
+
+def test_the_prompt_with_an_attachment_shown(snap_compare, settings, tmp_path, monkeypatch):
+    (tmp_path / "add.py").write_text(CODE.split("```python\n")[1].split("```")[0])
+    monkeypatch.chdir(tmp_path)
+
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await ready(app, pilot)
+        app.chat.prompt.load_text("Write tests for @add.py")
+        await wait_until(lambda: app.chat.query_one("AttachmentBar").items, pilot=pilot)
+        await settle(pilot)
+
+    assert snap_compare(app_for(settings), terminal_size=NARROW, run_before=run_before)

@@ -1,4 +1,4 @@
-"""The file picker (F6, or "Attach file…" in the palette): a folder tree from the working directory;
+"""The file picker (F8, or "Attach file…" in the palette): a folder tree from the working directory;
 Enter on a file attaches it (``@path`` in the prompt), Esc closes."""
 
 from __future__ import annotations
