@@ -12,6 +12,7 @@ one line naming the path and why; front ends send nothing then.
 from __future__ import annotations
 
 import io
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,6 +137,10 @@ def _plain_text(data: bytes, shown: str) -> str:
 
 def _pdf_text(data: bytes, shown: str) -> str:
     import pypdf  # only when a PDF is attached: the app's first frame never pays for it
+
+    # pypdf logs what it repairs in a damaged file; a failure is ours to report (one line), and a log
+    # line on stderr would draw over the chat app's screen.
+    logging.getLogger("pypdf").disabled = True
 
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))

@@ -435,3 +435,7 @@ async def test_concurrent_replies_are_limited_to_max_concurrent(make_backend, fa
     assert len(fake.chat_requests) == 2
     results = await asyncio.gather(*(r.result() for r in replies))
     assert all(r.finish_reason == "stop" for r in results) and len(fake.chat_requests) == 4
+
+
+def test_token_counts_are_not_known_on_this_side_of_a_server(make_backend):
+    assert make_backend().count_tokens("an attachment's text") is None
