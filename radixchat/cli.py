@@ -2,7 +2,8 @@
 
 Every ``Settings`` field is a flag (``--kv-pool-tokens``, ``--no-radix-cache``, ...), generated from the
 fields so ``--help`` cannot drift from the code. ``--backend URL`` runs everything on an OpenAI-compatible
-server; ``--list-models`` shows what it serves. Exit codes: 0 ok, 1 some conversation failed (batch) or
+server; ``--list-models`` shows what it serves; ``-c`` continues the session saved last (in the app, or
+with ``-p``). Exit codes: 0 ok, 1 some conversation failed (batch) or
 the reply failed (``-p``), 2 usage or configuration error, 3 the model failed to load or the remote
 server cannot be used, 130 interrupted.
 """
@@ -111,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     app = parser.add_argument_group("chat app")
     app.add_argument("--session", metavar="NAME", help="open a saved session at start")
+    app.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_last",
+        action="store_true",
+        help="reopen the session saved last (newest file in --sessions-dir); with -p, add the prompt "
+        "and its reply to it",
+    )
     _add_settings_flags(parser)
     return parser
 
@@ -192,7 +201,22 @@ def flag_conflict(ns: argparse.Namespace) -> str | None:
         return '--json and --schema need -p (in batch mode a line says "mode": "json" and its "schema")'
     if ns.prompt is not None and ns.session is not None:
         return "--session opens a session in the chat app; it cannot be used with -p"
+    if ns.continue_last and ns.session is not None:
+        return "--continue opens the session saved last; it cannot be used with --session"
+    if ns.continue_last and ns.batch is not None:
+        return '--continue cannot be used with --batch (a batch line names its own "session")'
     return None
+
+
+def session_to_continue(settings: Settings) -> Path | None:
+    """``--continue``: the session saved last, or None (said on stderr: the chat or prompt starts anew,
+    as a first ``-c`` on a fresh machine should not be an error)."""
+    from radixchat.chat.session import latest_session
+
+    path = latest_session(settings.sessions_dir)
+    if path is None:
+        error(f"no saved session in {settings.sessions_dir} to continue; starting a new conversation")
+    return path
 
 
 def error(msg: str) -> None:
@@ -219,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     from radixchat.chat.loading import settled_heap
 
     try:
+        resume = session_to_continue(settings) if ns.continue_last else None
         if ns.list_models:
             return list_models(settings)
         if ns.batch is not None:
@@ -233,11 +258,13 @@ def main(argv: list[str] | None = None) -> int:
             from radixchat.batch import OneShotOptions, run_oneshot
 
             with settled_heap():
-                return run_oneshot(settings, OneShotOptions(ns.prompt, ns.json, ns.schema))
+                return run_oneshot(settings, OneShotOptions(ns.prompt, ns.json, ns.schema, resume))
+        from radixchat.chat.session import load_session
         from radixchat.tui.app import run_app
 
+        session = load_session(resume) if resume is not None else ns.session  # SessionError: exit 2
         with settled_heap():
-            return run_app(settings, session=ns.session)
+            return run_app(settings, session=session)
     except ModelLoadError as exc:
         error(str(exc))
         return ExitCode.MODEL

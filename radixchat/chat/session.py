@@ -110,6 +110,22 @@ def session_path(sessions_dir: Path, name: str) -> Path:
     return Path(sessions_dir) / f"{safe_name(name)}.json"
 
 
+def latest_session(sessions_dir: Path) -> Path | None:
+    """The most recently written session file in ``sessions_dir`` (``radixchat --continue``), or None.
+
+    By modification time, so it is the session last saved, whichever program saved it; the files are not
+    read here (a damaged one is reported when it is opened)."""
+    newest: tuple[float, Path] | None = None
+    for path in Path(sessions_dir).glob("*.json"):
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:  # removed since the listing
+            continue
+        if newest is None or mtime > newest[0]:
+            newest = (mtime, path)
+    return newest[1] if newest is not None else None
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temp file in the same directory, fsync, rename, fsync the directory."""
     path = Path(path)
