@@ -34,7 +34,6 @@ from radixchat.batch.process import Stopper, open_backend
 from radixchat.batch.runner import Plan, plan_line, start_reply
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult
 from radixchat.chat.schema_check import schema_errors
-from radixchat.chat.session import save_session
 from radixchat.chat.tools import ToolRegistry
 from radixchat.config import Settings
 from radixchat.errors import RadixchatError
