@@ -24,6 +24,9 @@ from radixchat.exit_codes import ExitCode
 from radixchat.machine import probed_auto_choice
 
 
+METAVARS = {"preset": "NAME"}  # where the field's last word does not say what the value is
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -54,7 +57,9 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
             and typing.get_origin(args[0]) is typing.Literal
         ):
             choices = list(typing.get_args(args[0]))
-        metavar = "{" + ",".join(choices) + "}" if choices else name.split("_")[-1].upper()
+        metavar = (
+            "{" + ",".join(choices) + "}" if choices else METAVARS.get(name, name.split("_")[-1].upper())
+        )
         # Values stay strings here; pydantic validates and converts them, naming the setting on error.
         group.add_argument(_flag(name), dest=name, default=None, metavar=metavar, help=help_text)
 
