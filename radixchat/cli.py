@@ -23,7 +23,6 @@ from radixchat.errors import ConfigError, ModelLoadError, RadixchatError
 from radixchat.exit_codes import ExitCode
 from radixchat.machine import probed_auto_choice
 
-
 METAVARS = {"preset": "NAME"}  # where the field's last word does not say what the value is
 
 

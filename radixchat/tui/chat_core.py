@@ -43,6 +43,12 @@ class ChatCore:
         self.pending_session: SessionFile | None = session if isinstance(session, SessionFile) else None
         if isinstance(session, str):  # a name with no file yet: a new session by that name
             self.state.session_name = session
+        preset = settings.presets.get(settings.preset) if settings.preset is not None else None
+        if preset is not None:  # its sampling and system prompt are in the settings already
+            self.state.mode = preset.mode or self.state.mode
+            if preset.tools is not None:
+                self.state.tool_names = list(preset.tools)
+            self.state.tool_choice = preset.tool_choice or self.state.tool_choice
 
     # -- the backend ----------------------------------------------------------------------------------------
 

@@ -227,7 +227,26 @@ class SessionControl:
 
         host.app.push_screen(SettingsScreen(s.system_prompt, s.sampling, defaults), done)
 
-    async def apply_settings(self, system: str | None, sampling: SamplingSettings) -> None:
+    async def apply_preset(self, name: str) -> None:
+        """A ``[presets.NAME]`` of the config file as the session's settings: its sampling (fields it
+        leaves out: the defaults), its system prompt, tools and tool_choice if it sets them, then its mode."""
+        host, s = self.host, self.core.state
+        preset = self.core.settings.presets.get(name)
+        if preset is None:
+            return
+        if preset.tools is not None:
+            s.tool_names = list(preset.tools)
+        if preset.tool_choice is not None:
+            s.tool_choice = preset.tool_choice
+        sampling = SamplingSettings(**{n: getattr(preset, n) for n in SamplingSettings.model_fields})
+        system = preset.system_prompt if preset.system_prompt is not None else s.system_prompt
+        await self.apply_settings(system, sampling, notice=f"Preset '{name}' applied")
+        if preset.mode is not None and preset.mode != s.mode:
+            await host.action_set_mode(preset.mode)
+
+    async def apply_settings(
+        self, system: str | None, sampling: SamplingSettings, notice: str = "Session settings applied"
+    ) -> None:
         host, core, s = self.host, self.core, self.core.state
         s.sampling = sampling
         if system != s.system_prompt:
@@ -243,7 +262,7 @@ class SessionControl:
                     )
                 await host.transcript.show(s.conv.messages, host.welcome())
         host.update_status()
-        host.notify("Session settings applied", timeout=2)
+        host.notify(notice, timeout=2)
         if s.session_name and self.keeper.has_turns():
             await self.write(s.session_name)
 
