@@ -67,6 +67,7 @@ TopK = Annotated[int, Field(ge=0)]
 RepetitionPenalty = Annotated[float, Field(ge=0.01, le=5.0)]
 MaxTokens = Annotated[int, Field(ge=1)]
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+StopSequences = list[Annotated[str, Field(min_length=1)]]
 
 
 class Preset(BaseModel):
@@ -84,6 +85,7 @@ class Preset(BaseModel):
     repetition_penalty: RepetitionPenalty | None = None
     max_tokens: MaxTokens | None = None
     seed: Seed | None = None
+    stop: StopSequences | None = None
     mode: Literal["chat", "json", "tool"] | None = None  # the app's mode
     tools: list[str] | None = None  # the tools tool mode offers (names of [[tools]] or built-in ones)
     tool_choice: Literal["auto", "required", "none"] | None = None
@@ -97,6 +99,7 @@ class Preset(BaseModel):
         "repetition_penalty",
         "max_tokens",
         "seed",
+        "stop",
     )
 
     def settings(self) -> dict[str, Any]:
@@ -212,6 +215,11 @@ class Settings(BaseSettings):
     repetition_penalty: RepetitionPenalty = Field(1.1, description="penalty for repeated tokens (1 = off)")
     max_tokens: MaxTokens = Field(512, description="most tokens generated per reply")
     seed: Seed | None = Field(None, description="sampling seed (default: random)")
+    stop: StopSequences = Field(
+        default_factory=list,
+        description='stop sequences: a reply ends before the first of them (stop = ["\\n\\n"] in the '
+        "config file)",
+    )
     system_prompt: str | None = Field(None, description="system prompt for new conversations")
 
     # -- presets ----------------------------------------------------------------------------------------

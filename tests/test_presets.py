@@ -90,6 +90,7 @@ def test_an_unknown_preset_names_the_presets_there_are(config):
         ('mode = "poem"', r"invalid field 'mode' in \[presets.bad\]"),
         ("temprature = 0.1", r"unknown field 'temprature' in \[presets.bad\] in .*c.toml"),
         ("max_tokens = 0", r"invalid field 'max_tokens' in \[presets.bad\]"),
+        ('stop = [""]', r"invalid field 'stop.0' in \[presets.bad\]"),
     ],
 )
 def test_a_bad_preset_table_is_one_line_naming_the_table_and_field(tmp_path, table, message):
@@ -125,3 +126,10 @@ def test_help_lists_the_preset_flag(capsys):
         cli.main(["--help"])
     out = capsys.readouterr().out
     assert "--preset" in out and "-c, --continue" in out
+
+
+def test_stop_sequences_come_from_the_config_file_or_the_preset(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('stop = ["###"]\n[presets.dialogue]\nstop = ["User:", "\\n\\n"]\n')
+    assert Settings.load(config_file=path).stop == ["###"]
+    assert Settings.load({"preset": "dialogue"}, config_file=path).stop == ["User:", "\n\n"]

@@ -15,7 +15,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
 from radixchat.errors import SessionError
@@ -64,6 +72,16 @@ class SamplingSettings(BaseModel):
     repetition_penalty: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    stop: list[str] | None = None  # stop sequences
+
+    @model_serializer(mode="wrap")
+    def _without_unset_stop(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Added after version 3 without a new version: left out while unset, a file stays readable by a
+        # radixchat from before it.
+        data = handler(self)
+        if data.get("stop") is None:
+            data.pop("stop", None)
+        return data
 
 
 class SessionBranch(BaseModel):

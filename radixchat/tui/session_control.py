@@ -219,7 +219,7 @@ class SessionControl:
         from radixchat.tui.screens.settings import FIELDS, SettingsScreen
 
         host, s = self.host, self.core.state
-        defaults = {name: getattr(self.core.settings, name) for name in FIELDS}
+        defaults = {name: getattr(self.core.settings, name) for name in (*FIELDS, "stop")}
 
         async def done(result: Any) -> None:
             if result is not None:

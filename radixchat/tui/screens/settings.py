@@ -1,7 +1,9 @@
-"""Per-session settings: the system prompt and sampling parameters (blank = the app's default)."""
+"""Per-session settings: the system prompt, sampling parameters and stop sequences (blank = the app's
+default)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from textual.app import ComposeResult
@@ -41,6 +43,25 @@ def parse_field(name: str, raw: str) -> Any:
     return value
 
 
+def parse_stop(raw: str) -> list[str] | None:
+    """Stop sequences as a JSON list of strings (JSON, so a newline or a comma can be one); None when
+    blank. Raises ValueError with a message naming the field."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise ValueError('stop sequences: a JSON list of non-empty strings, e.g. ["\\n\\n", "User:"]')
+    return value
+
+
+def stop_text(stop: list[str] | None) -> str:
+    return "" if stop is None else json.dumps(stop, ensure_ascii=False)
+
+
 def placeholder(name: str, default: Any) -> str:
     """What a blank field means, as ``radixchat --help`` says it (no seed: a random one)."""
     return f"default {'random' if name == 'seed' and default is None else default}"
@@ -77,6 +98,13 @@ class SettingsScreen(ModalScreen[tuple[str | None, SamplingSettings] | None]):
                             placeholder=placeholder(name, self.defaults.get(name)),
                             id=f"f-{name}",
                         )
+                    yield Label("stop sequences")
+                    default_stop = stop_text(self.defaults.get("stop") or None) or "none"
+                    yield OrderedInput(
+                        stop_text(self.sampling.stop),
+                        placeholder=f'default {default_stop} · a JSON list, e.g. ["\\n\\n", "User:"]',
+                        id="f-stop",
+                    )
             yield Static("", id="settings-error", markup=False)
             yield Static(
                 "Blank fields use the defaults from the config file · Ctrl+S applies · Esc cancels",
@@ -96,10 +124,11 @@ class SettingsScreen(ModalScreen[tuple[str | None, SamplingSettings] | None]):
             self.dismiss(None)
 
     def action_save(self) -> None:
-        values = {}
+        values: dict[str, Any] = {}
         try:
             for name in FIELDS:
                 values[name] = parse_field(name, self.query_one(f"#f-{name}", Input).value)
+            values["stop"] = parse_stop(self.query_one("#f-stop", Input).value)
         except ValueError as exc:
             self.query_one("#settings-error", Static).update(str(exc))
             return
