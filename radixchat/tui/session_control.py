@@ -19,7 +19,7 @@ from radixchat.errors import SessionError
 from radixchat.tui.backend import warm
 from radixchat.tui.host import ChatHost
 from radixchat.tui.state import Branch, auto_session_name, display_messages, rerendered
-from radixchat.tui.tools import choice_label, command_of
+from radixchat.tui.tools import choice_label, command_of, unknown_tools_problem
 from radixchat.tui.widgets.note import Note
 from radixchat.tui.widgets.prompt import PromptHistory
 
@@ -236,6 +236,8 @@ class SessionControl:
             return
         if preset.tools is not None:
             s.tool_names = list(preset.tools)
+            if problem := unknown_tools_problem(self.core.registry, name, preset.tools):
+                host.notify(problem, title="Preset", severity="warning")
         if preset.tool_choice is not None:
             s.tool_choice = preset.tool_choice
         sampling = SamplingSettings(**{n: getattr(preset, n) for n in SamplingSettings.model_fields})

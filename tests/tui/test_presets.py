@@ -19,6 +19,9 @@ top_k = 1
 mode = "tool"
 tools = ["calculator"]
 tool_choice = "required"
+
+[presets.typo]
+tools = ["calculater", "now"]
 """
 
 
@@ -78,3 +81,17 @@ async def test_the_preset_given_at_start_is_the_sampling_default(make_app, prese
         params = app.chat.core.params()
         assert (params.temperature, params.top_k) == (0.0, 1)
         assert app.chat.state.conv.messages[0].content == "You write Python."
+
+
+async def test_tools_a_preset_names_that_do_not_exist_are_said_and_left_out(make_app, preset_settings):
+    app = make_app(settings=preset_settings())
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await app.chat.action_apply_preset("typo")
+        assert [t.name for t in app.chat.core.offered_tools()] == ["now"]
+        await pilot.pause()
+        assert any("no tool named 'calculater'" in str(n.message) for n in app._notifications)
+    app = make_app(settings=preset_settings(preset="typo"))
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        assert any("preset 'typo': no tool named 'calculater'" in str(n.message) for n in app._notifications)
