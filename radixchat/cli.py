@@ -3,9 +3,8 @@
 Every ``Settings`` field is a flag (``--kv-pool-tokens``, ``--no-radix-cache``, ...), generated from the
 fields so ``--help`` cannot drift from the code. ``--backend URL`` runs everything on an OpenAI-compatible
 server; ``--list-models`` shows what it serves; ``-c`` continues the session saved last (in the app, or
-with ``-p``). Exit codes: 0 ok, 1 some conversation failed (batch) or
-the reply failed (``-p``), 2 usage or configuration error, 3 the model failed to load or the remote
-server cannot be used, 130 interrupted.
+with ``-p``). Exit codes: 0 ok, 1 some conversation failed (batch) or the reply failed (``-p``), 2 usage
+or configuration error, 3 the model failed to load or the remote server cannot be used, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -247,7 +246,6 @@ def main(argv: list[str] | None = None) -> int:
     from radixchat.chat.loading import settled_heap
 
     try:
-        resume = session_to_continue(settings) if ns.continue_last else None
         if ns.list_models:
             return list_models(settings)
         if ns.batch is not None:
@@ -258,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             with settled_heap():
                 return run_batch(settings, options)
+        resume = session_to_continue(settings) if ns.continue_last else None
         if ns.prompt is not None:
             from radixchat.batch import OneShotOptions, run_oneshot
 
