@@ -56,6 +56,16 @@ def test_search_finds_the_text_of_every_branch_and_the_name():
     assert [(e.name, bool(hit)) for e, hit in found] == [("trip", True), ("porto-notes", False)]
 
 
+async def open_browser(app, pilot, sessions: int) -> SessionsScreen:
+    """The session browser (Ctrl+O), once it lists ``sessions`` sessions."""
+    await ready(app, pilot)
+    await pilot.press("ctrl+o")
+    await wait_until(
+        lambda: isinstance(app.screen, SessionsScreen) and len(app.screen.entries) == sessions, pilot=pilot
+    )
+    return app.screen
+
+
 async def test_typing_in_the_search_box_lists_the_sessions_that_contain_it(make_app, settings):
     folder = settings.sessions_dir
     save(folder, "trip", "Plan three days in Lisbon", "Start at the castle.")
@@ -63,12 +73,7 @@ async def test_typing_in_the_search_box_lists_the_sessions_that_contain_it(make_
     save(folder, "rust", "What is a borrow checker?", "It checks borrows.")
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
-        await ready(app, pilot)
-        await pilot.press("ctrl+o")
-        await wait_until(
-            lambda: isinstance(app.screen, SessionsScreen) and len(app.screen.entries) == 3, pilot=pilot
-        )
-        screen = app.screen
+        screen = await open_browser(app, pilot, 3)
         table = screen.query_one(DataTable)
         await pilot.press("slash")
         assert screen.query_one("#sessions-search", Input).has_focus
@@ -89,12 +94,7 @@ async def test_a_search_that_finds_nothing_says_so_and_clearing_it_lists_all(mak
     save(settings.sessions_dir, "rust", "What is a borrow checker?", "It checks borrows.")
     app = make_app()
     async with app.run_test(size=TERMINAL) as pilot:
-        await ready(app, pilot)
-        await pilot.press("ctrl+o")
-        await wait_until(
-            lambda: isinstance(app.screen, SessionsScreen) and len(app.screen.entries) == 2, pilot=pilot
-        )
-        screen = app.screen
+        screen = await open_browser(app, pilot, 2)
         table = screen.query_one(DataTable)
         screen.query_one("#sessions-search", Input).value = "zebra"
         await wait_until(lambda: table.row_count == 0, pilot=pilot)
