@@ -222,14 +222,23 @@ class SessionControl:
         defaults = {name: getattr(self.core.settings, name) for name in (*FIELDS, "stop")}
 
         async def done(result: Any) -> None:
-            if result is not None:
-                await self.apply_settings(*result)
+            if result is None:
+                return
+            system, sampling, preset = result
+            if preset is None:
+                await self.apply_settings(system, sampling)
+            else:  # the fields as the preset filled them in, and as they were edited after
+                await self.apply_preset(preset, (system, sampling))
 
-        host.app.push_screen(SettingsScreen(s.system_prompt, s.sampling, defaults), done)
+        presets = self.core.settings.presets
+        host.app.push_screen(SettingsScreen(s.system_prompt, s.sampling, defaults, presets), done)
 
-    async def apply_preset(self, name: str) -> None:
+    async def apply_preset(
+        self, name: str, edited: tuple[str | None, SamplingSettings] | None = None
+    ) -> None:
         """A ``[presets.NAME]`` of the config file as the session's settings: its sampling (fields it
-        leaves out: the defaults), its system prompt, tools and tool_choice if it sets them, then its mode."""
+        leaves out: the defaults), its system prompt, tools and tool_choice if it sets them, then its mode.
+        ``edited``: the system prompt and sampling from F2, where the preset filled them in."""
         host, s = self.host, self.core.state
         preset = self.core.settings.presets.get(name)
         if preset is None:
@@ -240,8 +249,11 @@ class SessionControl:
                 host.notify(problem, title="Preset", severity="warning")
         if preset.tool_choice is not None:
             s.tool_choice = preset.tool_choice
-        sampling = SamplingSettings(**{n: getattr(preset, n) for n in SamplingSettings.model_fields})
-        system = preset.system_prompt if preset.system_prompt is not None else s.system_prompt
+        if edited is not None:
+            system, sampling = edited
+        else:
+            sampling = SamplingSettings(**{n: getattr(preset, n) for n in SamplingSettings.model_fields})
+            system = preset.system_prompt if preset.system_prompt is not None else s.system_prompt
         await self.apply_settings(system, sampling, notice=f"Preset '{name}' applied")
         if preset.mode is not None and preset.mode != s.mode:
             await host.action_set_mode(preset.mode)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 from textual.command import CommandList
+from textual.widgets import Select
 
 from radixchat.config import Settings
+from radixchat.tui.screens.settings import SettingsScreen
 from tests.tui.conftest import TERMINAL, ready, wait_until
 
 CONFIG = """
@@ -95,3 +97,39 @@ async def test_tools_a_preset_names_that_do_not_exist_are_said_and_left_out(make
     async with app.run_test(size=TERMINAL) as pilot:
         await ready(app, pilot)
         assert any("preset 'typo': no tool named 'calculater'" in str(n.message) for n in app._notifications)
+
+
+async def test_a_preset_chosen_in_the_settings_screen_fills_the_fields_and_applies_with_its_mode(
+    make_app, preset_settings
+):
+    app = make_app(settings=preset_settings())
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await pilot.press("f2")
+        await wait_until(lambda: isinstance(app.screen, SettingsScreen), pilot=pilot)
+        screen = app.screen
+        screen.query_one("#preset", Select).value = "code"
+        await wait_until(lambda: screen.query_one("#f-temperature").value == "0.0", pilot=pilot)
+        assert screen.query_one("#system-prompt").text == "You write Python."
+        assert (screen.query_one("#f-top_k").value, screen.query_one("#f-top_p").value) == ("1", "")
+        screen.query_one("#f-top_p").value = "0.5"  # edited after the preset filled the fields in
+        await pilot.press("ctrl+s")
+        state = app.chat.state
+        await wait_until(lambda: state.system_prompt == "You write Python.", pilot=pilot)
+        assert (state.sampling.temperature, state.sampling.top_k, state.sampling.top_p) == (0.0, 1, 0.5)
+        await pilot.press("f2")
+        await wait_until(lambda: isinstance(app.screen, SettingsScreen), pilot=pilot)
+        app.screen.query_one("#preset", Select).value = "facts"
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await wait_until(lambda: state.mode == "tool", pilot=pilot)
+        assert (state.tool_names, state.tool_choice) == (["calculator"], "required")
+
+
+async def test_without_presets_the_settings_screen_has_no_preset_choice(make_app, settings):
+    app = make_app()
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await pilot.press("f2")
+        await wait_until(lambda: isinstance(app.screen, SettingsScreen), pilot=pilot)
+        assert not app.screen.query("#preset")
