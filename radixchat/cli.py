@@ -2,9 +2,9 @@
 
 Every ``Settings`` field is a flag (``--kv-pool-tokens``, ``--no-radix-cache``, ...), generated from the
 fields so ``--help`` cannot drift from the code. ``--backend URL`` runs everything on an OpenAI-compatible
-server; ``--list-models`` shows what it serves. Exit codes: 0 ok, 1 some conversation failed (batch) or
-the reply failed (``-p``), 2 usage or configuration error, 3 the model failed to load or the remote
-server cannot be used, 130 interrupted.
+server; ``--list-models`` shows what it serves; ``-c`` continues the session saved last (in the app, or
+with ``-p``). Exit codes: 0 ok, 1 some conversation failed (batch) or the reply failed (``-p``), 2 usage
+or configuration error, 3 the model failed to load or the remote server cannot be used, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from radixchat.config import Settings, default_cache_dir
 from radixchat.errors import ConfigError, ModelLoadError, RadixchatError
 from radixchat.exit_codes import ExitCode
 from radixchat.machine import probed_auto_choice
+
+METAVARS = {"preset": "NAME"}  # where the field's last word does not say what the value is
 
 
 def _flag(name: str) -> str:
@@ -53,7 +55,9 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
             and typing.get_origin(args[0]) is typing.Literal
         ):
             choices = list(typing.get_args(args[0]))
-        metavar = "{" + ",".join(choices) + "}" if choices else name.split("_")[-1].upper()
+        metavar = (
+            "{" + ",".join(choices) + "}" if choices else METAVARS.get(name, name.split("_")[-1].upper())
+        )
         # Values stay strings here; pydantic validates and converts them, naming the setting on error.
         group.add_argument(_flag(name), dest=name, default=None, metavar=metavar, help=help_text)
 
@@ -119,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     app = parser.add_argument_group("chat app")
     app.add_argument("--session", metavar="NAME", help="open a saved session at start")
+    app.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_last",
+        action="store_true",
+        help="reopen the session saved last (newest file in --sessions-dir); with -p, add the prompt "
+        "and its reply to it",
+    )
     _add_settings_flags(parser)
     return parser
 
@@ -202,7 +214,22 @@ def flag_conflict(ns: argparse.Namespace) -> str | None:
         return '--attach needs -p (in batch mode a line lists its "attachments"; in the chat app type @FILE)'
     if ns.prompt is not None and ns.session is not None:
         return "--session opens a session in the chat app; it cannot be used with -p"
+    if ns.continue_last and ns.session is not None:
+        return "--continue opens the session saved last; it cannot be used with --session"
+    if ns.continue_last and ns.batch is not None:
+        return '--continue cannot be used with --batch (a batch line names its own "session")'
     return None
+
+
+def session_to_continue(settings: Settings) -> Path | None:
+    """``--continue``: the session saved last, or None (said on stderr: the chat or prompt starts anew,
+    as a first ``-c`` on a fresh machine should not be an error)."""
+    from radixchat.chat.session import latest_session
+
+    path = latest_session(settings.sessions_dir)
+    if path is None:
+        error(f"no saved session in {settings.sessions_dir} to continue; starting a new conversation")
+    return path
 
 
 def error(msg: str) -> None:
@@ -239,17 +266,20 @@ def main(argv: list[str] | None = None) -> int:
             )
             with settled_heap():
                 return run_batch(settings, options)
+        resume = session_to_continue(settings) if ns.continue_last else None
         if ns.prompt is not None:
             from radixchat.batch import OneShotOptions, run_oneshot
 
             with settled_heap():
                 return run_oneshot(
-                    settings, OneShotOptions(ns.prompt, ns.json, ns.schema, tuple(ns.attach or ()))
+                    settings, OneShotOptions(ns.prompt, ns.json, ns.schema, tuple(ns.attach or ()), resume)
                 )
+        from radixchat.chat.session import load_session
         from radixchat.tui.app import run_app
 
+        session = load_session(resume) if resume is not None else ns.session  # SessionError: exit 2
         with settled_heap():
-            return run_app(settings, session=ns.session)
+            return run_app(settings, session=session)
     except ModelLoadError as exc:
         error(str(exc))
         return ExitCode.MODEL

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -58,6 +58,53 @@ class UserToolConfig(BaseModel):
         if not argv:
             raise ValueError("command must not be empty")
         return argv
+
+
+# Sampling bounds, shared by the settings and the presets that override them.
+Temperature = Annotated[float, Field(ge=0.0, le=5.0)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]
+TopK = Annotated[int, Field(ge=0)]
+RepetitionPenalty = Annotated[float, Field(ge=0.01, le=5.0)]
+MaxTokens = Annotated[int, Field(ge=1)]
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+StopSequences = list[Annotated[str, Field(min_length=1)]]
+
+
+class Preset(BaseModel):
+    """A named preset: one ``[presets.NAME]`` table of the config file. ``--preset NAME`` (or ``preset =
+    "NAME"``) lays its settings over the config file's; in the app it sets the session's system prompt,
+    sampling, mode and offered tools. Unset fields leave things as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    system_prompt: str | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    max_tokens: MaxTokens | None = None
+    seed: Seed | None = None
+    stop: StopSequences | None = None
+    mode: Literal["chat", "json", "tool"] | None = None  # the app's mode
+    tools: list[str] | None = None  # the tools tool mode offers (names of [[tools]] or built-in ones)
+    tool_choice: Literal["auto", "required", "none"] | None = None
+
+    # The fields that are also settings (the rest only the app can apply).
+    SETTINGS: ClassVar[tuple[str, ...]] = (
+        "system_prompt",
+        "temperature",
+        "top_p",
+        "top_k",
+        "repetition_penalty",
+        "max_tokens",
+        "seed",
+        "stop",
+    )
+
+    def settings(self) -> dict[str, Any]:
+        """The settings this preset sets (its unset fields left out)."""
+        return {n: getattr(self, n) for n in self.SETTINGS if getattr(self, n) is not None}
 
 
 class Settings(BaseSettings):
@@ -162,15 +209,28 @@ class Settings(BaseSettings):
     )
 
     # -- default sampling -----------------------------------------------------------------------------
-    temperature: float = Field(0.2, ge=0.0, le=5.0, description="sampling temperature (0 = greedy)")
-    top_p: float = Field(0.9, gt=0.0, le=1.0, description="nucleus sampling mass")
-    top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0 = off)")
-    repetition_penalty: float = Field(
-        1.1, ge=0.01, le=5.0, description="penalty for repeated tokens (1 = off)"
+    temperature: Temperature = Field(0.2, description="sampling temperature (0 = greedy)")
+    top_p: TopP = Field(0.9, description="nucleus sampling mass")
+    top_k: TopK = Field(0, description="keep the k most likely tokens (0 = off)")
+    repetition_penalty: RepetitionPenalty = Field(1.1, description="penalty for repeated tokens (1 = off)")
+    max_tokens: MaxTokens = Field(512, description="most tokens generated per reply")
+    seed: Seed | None = Field(None, description="sampling seed (default: random)")
+    stop: StopSequences = Field(
+        default_factory=list,
+        description='stop sequences: a reply ends before the first of them (stop = ["\\n\\n"] in the '
+        "config file)",
     )
-    max_tokens: int = Field(512, ge=1, description="most tokens generated per reply")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="sampling seed (default: random)")
     system_prompt: str | None = Field(None, description="system prompt for new conversations")
+
+    # -- presets ----------------------------------------------------------------------------------------
+    preset: str | None = Field(
+        None,
+        description="a [presets.NAME] table of the config file laid over the settings (its system prompt "
+        "and sampling; in the app also its mode and tools); flags still win",
+    )
+    presets: dict[str, Preset] = Field(
+        default_factory=dict, description="named presets ([presets.NAME] tables in the config file)"
+    )
 
     # -- tools (tool mode) ------------------------------------------------------------------------------
     tools: list[UserToolConfig] = Field(
@@ -237,8 +297,17 @@ class Settings(BaseSettings):
         if toml_file is not None:
             _check_toml(toml_file)
         cls._toml_file = toml_file
+        overrides = overrides or {}
         try:
-            return cls(**(overrides or {}))
+            settings = cls(**overrides)
+            if settings.preset is None:
+                return settings
+            preset = settings.presets.get(settings.preset)
+            if preset is None:
+                known = ", ".join(sorted(settings.presets)) or "none in the config file"
+                raise ConfigError(f"unknown preset '{settings.preset}' (presets: {known})")
+            # Over the file and the environment, under the flags.
+            return cls(**{**preset.settings(), **overrides})
         except ValidationError as exc:
             raise ConfigError(describe_validation_error(exc, toml_file)) from None
         finally:
@@ -273,8 +342,13 @@ def describe_validation_error(exc: ValidationError, toml_file: Path | None = Non
     err = exc.errors()[0]
     name = ".".join(str(p) for p in err["loc"]) or "settings"
     msg = err["msg"].removeprefix("Value error, ")
+    where = f" in {toml_file}" if toml_file else ""
+    if err["loc"][:1] == ("presets",) and len(err["loc"]) >= 3:
+        table, field = err["loc"][1], ".".join(str(p) for p in err["loc"][2:])
+        if err["type"] == "extra_forbidden":
+            return f"unknown field '{field}' in [presets.{table}]{where}"
+        return f"invalid field '{field}' in [presets.{table}]{where}: {msg}"
     if err["type"] == "extra_forbidden":
-        where = f" in {toml_file}" if toml_file else ""
         return f"unknown setting '{name}'{where}"
     hint = f" (flag --{name.replace('_', '-')}, env RADIXCHAT_{name.upper()})"
     return f"invalid setting '{name}': {msg}{hint}"

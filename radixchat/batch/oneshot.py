@@ -6,6 +6,10 @@ plan (``runner.plan_line``: the settings' system prompt, sampling and model, the
 reply (``runner.start_reply``) and the exit codes; only the output differs, the reply's text as it
 streams instead of a JSON record. So ``-p`` replies what a batch line with the same prompt replies.
 
+With ``-c`` (``--continue``) the line continues the session saved last (``chat.session.latest_session``),
+as a batch line's ``"session"`` does, and the finished turn is saved back into it (file, then KV), so the
+app and the next ``-c`` see it.
+
 stdout carries the reply and nothing else (one final newline added); stderr the errors, one line each,
 and, on a terminal only, what is loading. Exit codes (``radixchat.exit_codes``): 0 the reply finished
 (or reached ``--max-tokens`` in chat mode), 1 the reply failed (it does not fit the context, the engine
@@ -28,7 +32,7 @@ from typing import IO, Any
 
 from radixchat.batch.input import BatchLine, read_input
 from radixchat.batch.process import Stopper, open_backend
-from radixchat.batch.runner import plan_line, start_reply
+from radixchat.batch.runner import Plan, plan_line, start_reply
 from radixchat.chat.attachments import compose_message, read_attachment
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult
 from radixchat.chat.schema_check import schema_errors
@@ -44,6 +48,7 @@ class OneShotOptions:
     json: bool = False  # constrain the reply to a JSON object
     schema: Path | None = None  # constrain it to this JSON Schema (implies json)
     attach: tuple[Path, ...] = ()  # files put into the prompt, before its text (``-a``)
+    session: Path | None = None  # continue this saved session and save the turn back (``-c``)
 
 
 def error(msg: str) -> None:
@@ -105,7 +110,14 @@ def run_oneshot(settings: Settings, options: OneShotOptions) -> int:
         error(str(exc))
         return ExitCode.USAGE
     json_mode = options.json or options.schema is not None
-    line = BatchLine(id="prompt", turns=[prompt], mode="json" if json_mode else "chat", json_schema=schema)
+    # A continued session's mode is not kept: -p replies in chat mode unless --json or --schema says so.
+    line = BatchLine(
+        id="prompt",
+        turns=[prompt],
+        mode="json" if json_mode else "chat",
+        json_schema=schema,
+        session=str(options.session) if options.session is not None else None,
+    )
     return asyncio.run(_run(settings, line, options))
 
 
@@ -191,6 +203,8 @@ async def _run(settings: Settings, line: BatchLine, options: OneShotOptions) -> 
             if out.error is not None:
                 reply.cancel()
         result = await reply.result()
+        if options.session is not None and out.error is None:
+            await _save_back(backend, plan, result, options.session.parent)
     except asyncio.CancelledError:
         if stopper.by is None:
             raise
@@ -211,6 +225,23 @@ async def _run(settings: Settings, line: BatchLine, options: OneShotOptions) -> 
         error(f"cannot write the output: {out.error.strerror or out.error}")
         return ExitCode.FAILED
     return _outcome(result, line, settings)
+
+
+async def _save_back(backend: ChatBackend, plan: Plan, result: TurnResult, folder: Path) -> None:
+    """``-c -p``: the continued session with the new turn, saved as the app saves it (its file, then
+    the KV of its tokens, so the app reopens it warm). A failed or cut-off JSON reply is not saved."""
+    if plan.base is None or result.finish_reason in ("error", "cancelled"):
+        return
+    if plan.mode == "json" and result.finish_reason == "length":
+        return
+    session = plan.session_file(plan.conv, plan.base.name)
+    try:
+        saved = await asyncio.to_thread(plan.write, session, folder, backend, plan.conv.ids)
+    except OSError as exc:
+        error(f"the reply was not saved to session {session.name!r}: {exc.strerror or exc}")
+        return
+    if saved.kv_notice:
+        error(f"session {session.name!r} saved; {saved.kv_notice}")
 
 
 def _outcome(result: TurnResult, line: BatchLine, settings: Settings) -> int:

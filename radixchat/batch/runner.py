@@ -174,7 +174,7 @@ async def plan_line(
     sampling = SamplingSettings(**{**kept, **given})
     plan = Plan(
         conv=conv,
-        params=sampling_params(settings, stop=spec.stop or (), **sampling.model_dump()),
+        params=sampling_params(settings, **sampling.model_dump()),
         model=backend.model_name,
         mode=mode,
         sampling=sampling,

@@ -236,7 +236,7 @@ def grammar_for(backend: ChatBackend, spec: ConstraintSpec) -> Constraint | None
 
 def sampling_params(settings: Any, **overrides: Any) -> SamplingParams:
     """SamplingParams from a ``Settings`` (defaults) with per-session/per-line overrides (None = unset)."""
-    names = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed")
+    names = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
     values = {n: getattr(settings, n) for n in names}
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "stop" in values:

@@ -15,7 +15,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
 from radixchat.errors import SessionError
@@ -64,6 +72,16 @@ class SamplingSettings(BaseModel):
     repetition_penalty: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    stop: list[str] | None = None  # stop sequences
+
+    @model_serializer(mode="wrap")
+    def _without_unset_stop(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Added after version 3 without a new version: left out while unset, a file stays readable by a
+        # radixchat from before it.
+        data = handler(self)
+        if data.get("stop") is None:
+            data.pop("stop", None)
+        return data
 
 
 class SessionBranch(BaseModel):
@@ -108,6 +126,22 @@ def safe_name(name: str) -> str:
 
 def session_path(sessions_dir: Path, name: str) -> Path:
     return Path(sessions_dir) / f"{safe_name(name)}.json"
+
+
+def latest_session(sessions_dir: Path) -> Path | None:
+    """The most recently written session file in ``sessions_dir`` (``radixchat --continue``), or None.
+
+    By modification time, so it is the session last saved, whichever program saved it; the files are not
+    read here (a damaged one is reported when it is opened)."""
+    newest: tuple[float, Path] | None = None
+    for path in Path(sessions_dir).glob("*.json"):
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:  # removed since the listing
+            continue
+        if newest is None or mtime > newest[0]:
+            newest = (mtime, path)
+    return newest[1] if newest is not None else None
 
 
 def atomic_write_text(path: Path, text: str) -> None:

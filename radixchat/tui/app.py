@@ -137,12 +137,15 @@ class RadixChatApp(App[int]):
 
 
 def run_app(
-    settings: Settings, session: str | None = None, backend_factory: BackendFactory | None = None
+    settings: Settings,
+    session: SessionFile | str | None = None,
+    backend_factory: BackendFactory | None = None,
 ) -> int:
-    """Run the chat app; returns the exit code. A session file that exists but does not load is an error
-    here (exit 2 from the CLI), so a corrupt file is never overwritten by autosave."""
+    """Run the chat app; returns the exit code. ``session``: one loaded already (``--continue``), or a
+    name (``--session``). A session file that exists but does not load is an error here (exit 2 from the
+    CLI), so a corrupt file is never overwritten by autosave."""
     initial: SessionFile | str | None = session
-    if session is not None:
+    if isinstance(session, str):
         path = session_path(settings.sessions_dir, session)
         if path.exists():
             initial = load_session(path)  # raises SessionError: one line, exit 2

@@ -21,7 +21,7 @@ from radixchat.chat.session import SessionFile
 from radixchat.tui.backend import make_params
 from radixchat.tui.session_store import SessionKeeper
 from radixchat.tui.state import ChatState
-from radixchat.tui.tools import build_registry, offered
+from radixchat.tui.tools import build_registry, offered, unknown_tools_problem
 
 if TYPE_CHECKING:
     from radixchat.chat.tools import Tool
@@ -43,6 +43,14 @@ class ChatCore:
         self.pending_session: SessionFile | None = session if isinstance(session, SessionFile) else None
         if isinstance(session, str):  # a name with no file yet: a new session by that name
             self.state.session_name = session
+        preset = settings.presets.get(settings.preset) if settings.preset is not None else None
+        if preset is not None:  # its sampling and system prompt are in the settings already
+            self.state.mode = preset.mode or self.state.mode
+            if preset.tools is not None:
+                self.state.tool_names = list(preset.tools)
+                problem = unknown_tools_problem(self.registry, settings.preset or "", preset.tools)
+                self.tools_problem = "; ".join(p for p in (self.tools_problem, problem) if p) or None
+            self.state.tool_choice = preset.tool_choice or self.state.tool_choice
 
     # -- the backend ----------------------------------------------------------------------------------------
 

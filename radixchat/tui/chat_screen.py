@@ -396,3 +396,6 @@ class ChatScreen(Screen[None]):
 
     def action_settings(self) -> None:
         self.sessions.edit_settings()
+
+    async def action_apply_preset(self, name: str) -> None:
+        await self.sessions.apply_preset(name)

@@ -1,7 +1,7 @@
 """The command palette's chat commands (Ctrl+P). Textual's own (themes, keys, quit) stay alongside.
 
-Each runs an action of the chat screen, whichever screen the palette was opened on (``app.…`` ones run on
-the app)."""
+Then one command per preset of the config file (``Preset: NAME``). Each runs an action of the chat screen,
+whichever screen the palette was opened on (``app.…`` ones run on the app)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from radixchat.config import Settings
 from radixchat.tui.chat_screen import ChatScreen
 
 # (title, help, action run on the chat screen)
@@ -38,18 +39,35 @@ COMMANDS: list[tuple[str, str, str]] = [
 ]
 
 
+def preset_commands(settings: Settings) -> list[tuple[str, str, str]]:
+    """One command per ``[presets.NAME]`` of the config file."""
+    return [
+        (
+            f"Preset: {name}",
+            p.description or "System prompt, sampling and mode of this preset",
+            f"apply_preset({name!r})",
+        )
+        for name, p in sorted(settings.presets.items())
+    ]
+
+
 class ChatCommands(Provider):
+    def _chat(self) -> ChatScreen:
+        return next(s for s in self.app.screen_stack if isinstance(s, ChatScreen))
+
     def _run(self, action: str) -> partial[object]:
-        chat = next(s for s in self.app.screen_stack if isinstance(s, ChatScreen))
-        return partial(self.app.run_action, action, chat)
+        return partial(self.app.run_action, action, self._chat())
+
+    def _commands(self) -> list[tuple[str, str, str]]:
+        return COMMANDS + preset_commands(self._chat().core.settings)
 
     async def discover(self) -> Hits:
-        for title, help_text, action in COMMANDS:
+        for title, help_text, action in self._commands():
             yield DiscoveryHit(title, self._run(action), help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for title, help_text, action in COMMANDS:
+        for title, help_text, action in self._commands():
             score = matcher.match(title)
             if score > 0:
                 yield Hit(score, matcher.highlight(title), self._run(action), help=help_text)

@@ -19,7 +19,7 @@ from radixchat.errors import SessionError
 from radixchat.tui.backend import warm
 from radixchat.tui.host import ChatHost
 from radixchat.tui.state import Branch, auto_session_name, display_messages, rerendered
-from radixchat.tui.tools import choice_label, command_of
+from radixchat.tui.tools import choice_label, command_of, unknown_tools_problem
 from radixchat.tui.widgets.note import Note
 from radixchat.tui.widgets.prompt import PromptHistory
 
@@ -219,15 +219,48 @@ class SessionControl:
         from radixchat.tui.screens.settings import FIELDS, SettingsScreen
 
         host, s = self.host, self.core.state
-        defaults = {name: getattr(self.core.settings, name) for name in FIELDS}
+        defaults = {name: getattr(self.core.settings, name) for name in (*FIELDS, "stop")}
 
         async def done(result: Any) -> None:
-            if result is not None:
-                await self.apply_settings(*result)
+            if result is None:
+                return
+            system, sampling, preset = result
+            if preset is None:
+                await self.apply_settings(system, sampling)
+            else:  # the fields as the preset filled them in, and as they were edited after
+                await self.apply_preset(preset, (system, sampling))
 
-        host.app.push_screen(SettingsScreen(s.system_prompt, s.sampling, defaults), done)
+        presets = self.core.settings.presets
+        host.app.push_screen(SettingsScreen(s.system_prompt, s.sampling, defaults, presets), done)
 
-    async def apply_settings(self, system: str | None, sampling: SamplingSettings) -> None:
+    async def apply_preset(
+        self, name: str, edited: tuple[str | None, SamplingSettings] | None = None
+    ) -> None:
+        """A ``[presets.NAME]`` of the config file as the session's settings: its sampling (fields it
+        leaves out: the defaults), its system prompt, tools and tool_choice if it sets them, then its mode.
+        ``edited``: the system prompt and sampling from F2, where the preset filled them in."""
+        host, s = self.host, self.core.state
+        preset = self.core.settings.presets.get(name)
+        if preset is None:
+            return
+        if preset.tools is not None:
+            s.tool_names = list(preset.tools)
+            if problem := unknown_tools_problem(self.core.registry, name, preset.tools):
+                host.notify(problem, title="Preset", severity="warning")
+        if preset.tool_choice is not None:
+            s.tool_choice = preset.tool_choice
+        if edited is not None:
+            system, sampling = edited
+        else:
+            sampling = SamplingSettings(**{n: getattr(preset, n) for n in SamplingSettings.model_fields})
+            system = preset.system_prompt if preset.system_prompt is not None else s.system_prompt
+        await self.apply_settings(system, sampling, notice=f"Preset '{name}' applied")
+        if preset.mode is not None and preset.mode != s.mode:
+            await host.action_set_mode(preset.mode)
+
+    async def apply_settings(
+        self, system: str | None, sampling: SamplingSettings, notice: str = "Session settings applied"
+    ) -> None:
         host, core, s = self.host, self.core, self.core.state
         s.sampling = sampling
         if system != s.system_prompt:
@@ -243,7 +276,7 @@ class SessionControl:
                     )
                 await host.transcript.show(s.conv.messages, host.welcome())
         host.update_status()
-        host.notify("Session settings applied", timeout=2)
+        host.notify(notice, timeout=2)
         if s.session_name and self.keeper.has_turns():
             await self.write(s.session_name)
 

@@ -87,10 +87,24 @@ class SessionEntry:
     turns: int = 0
     modified: datetime | None = None
     error: str | None = None
+    text: str = ""  # what the browser's search looks in: the system prompt and every branch's messages
+
+
+def session_text(session: SessionFile) -> str:
+    """The text of a session, one message a line: its system prompt, then the messages of every branch
+    (a message the branches share appears once)."""
+    parts = [session.system_prompt] if session.system_prompt else []
+    seen: set[tuple[str, str]] = set()
+    for messages in [session.messages, *(b.messages for b in session.branches)]:
+        for m in messages:
+            if (m.role, m.content) not in seen:
+                seen.add((m.role, m.content))
+                parts.append(m.content)
+    return "\n".join(parts)
 
 
 def list_sessions(sessions_dir: Path) -> list[SessionEntry]:
-    """Every ``*.json`` in ``sessions_dir``, newest first; unreadable ones carry their error."""
+    """Every ``*.json`` in ``sessions_dir``, newest first, with its text; unreadable ones carry their error."""
     entries = []
     for path in Path(sessions_dir).glob("*.json"):
         try:
@@ -99,8 +113,36 @@ def list_sessions(sessions_dir: Path) -> list[SessionEntry]:
             mtime = datetime.fromtimestamp(path.stat().st_mtime).astimezone()
             entries.append(SessionEntry(path.stem, path, modified=mtime, error=str(exc)))
             continue
-        entries.append(SessionEntry(s.name, path, s.model, s.turns, s.updated_at))
+        entries.append(SessionEntry(s.name, path, s.model, s.turns, s.updated_at, text=session_text(s)))
     return sorted(entries, key=lambda e: e.modified.timestamp() if e.modified else 0.0, reverse=True)
+
+
+def snippet(text: str, query: str, width: int = 60) -> str | None:
+    """Where ``query`` first occurs in ``text`` (case-insensitive), as one line of about ``width``
+    characters around it; None when it does not occur."""
+    lowered = text.lower()
+    at = lowered.find(query.lower())
+    if at < 0:
+        return None
+    source = text if len(lowered) == len(text) else lowered  # lower() changed lengths: show the lowered
+    start = max(0, at - (width - len(query)) // 2)
+    end = min(len(source), start + max(width, len(query)))
+    start = max(0, min(start, end - width))
+    line = " ".join(source[start:end].split())
+    return ("…" if start > 0 else "") + line + ("…" if end < len(source) else "")
+
+
+def search_sessions(entries: list[SessionEntry], query: str) -> list[tuple[SessionEntry, str]]:
+    """The entries whose name or text contains ``query`` (case-insensitive), each with a snippet of the
+    text where it occurs (empty when only the name matches), in the order given."""
+    found = []
+    for e in entries:
+        hit = snippet(e.text, query)
+        if hit is not None:
+            found.append((e, hit))
+        elif query.lower() in e.name.lower():
+            found.append((e, ""))
+    return found
 
 
 def rename_session(sessions_dir: Path, entry: SessionEntry, new_name: str) -> Path:

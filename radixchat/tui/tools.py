@@ -37,6 +37,14 @@ def offered(registry: ToolRegistry, names: list[str] | None) -> list[Tool]:
     return [registry.tools[n] for n in dict.fromkeys(names) if n in registry.tools]
 
 
+def unknown_tools_problem(registry: ToolRegistry, preset: str, names: list[str] | None) -> str | None:
+    """Why some tools a preset names are not offered (no tool has the name), or None."""
+    unknown = [n for n in names or () if n not in registry.tools]
+    if not unknown:
+        return None
+    return f"preset '{preset}': no tool named {', '.join(repr(n) for n in unknown)} (left out)"
+
+
 def choice_label(choice: ToolChoice) -> str:
     return choice["name"] if isinstance(choice, dict) else choice
 

@@ -152,3 +152,20 @@ def test_ctrl_c_keeps_what_was_printed_and_exits_130():
     assert proc.returncode == 130, err
     assert first and (first + rest).endswith(b"\n")  # the printed part stays, and its line is ended
     assert err.decode().strip() == "radixchat: interrupted (SIGINT)"
+
+
+def test_continue_replies_after_the_last_session_and_saves_the_turn_back(tmp_path):
+    (tmp_path / "in.jsonl").write_text(json.dumps({"id": "trip", "turns": [QUESTION]}) + "\n")
+    sessions = ["--sessions-dir", str(tmp_path / "sessions")]
+    first = run(
+        ["--batch", str(tmp_path / "in.jsonl"), "--save-sessions", str(tmp_path / "sessions"), *SETTINGS]
+    )
+    assert first.returncode == 0, first.stderr
+    proc = run(["-c", "-p", "And of Italy?", *sessions, *SETTINGS])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and proc.stderr == ""
+    session = json.loads((tmp_path / "sessions" / "trip.json").read_text())
+    users = [m["content"] for m in session["messages"] if m["role"] == "user"]
+    assert users == [QUESTION, "And of Italy?"]
+    assert session["messages"][-1]["role"] == "assistant"
+    assert session["messages"][-1]["content"].strip() == proc.stdout.strip()
