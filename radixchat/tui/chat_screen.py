@@ -122,12 +122,8 @@ class ChatScreen(Screen[None]):
     def load_status(self) -> str:
         return self.core.load_status
 
-    @property
-    def pending_session(self) -> SessionFile | None:
-        return self.core.pending_session
-
     async def on_mount(self) -> None:
-        pending = self.pending_session
+        pending = self.core.pending_session
         messages = display_messages(pending) if pending else []
         if pending:
             self.state.adopt(pending)

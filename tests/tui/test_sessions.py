@@ -224,7 +224,7 @@ def test_run_app_opens_a_named_session_and_names_a_new_one(settings, monkeypatch
     monkeypatch.setattr(
         RadixChatApp,
         "run",
-        lambda self: seen.append((self.chat.pending_session, self.chat.state.session_name)),
+        lambda self: seen.append((self.chat.core.pending_session, self.chat.state.session_name)),
     )
     save_session(SessionFile(name="kept", model="fake-model"), session_path(settings.sessions_dir, "kept"))
     assert run_app(settings, session="kept") == 0
