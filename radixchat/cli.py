@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     oneshot.add_argument("--json", action="store_true", help="with -p: the reply is a JSON object")
     oneshot.add_argument(
+        "--show-thinking",
+        action="store_true",
+        help="with -p: stream a thinking model's thinking to stderr (dimmed on a terminal); stdout "
+        "carries the answer only",
+    )
+    oneshot.add_argument(
         "--schema", metavar="FILE", type=Path, help="with -p: the reply matches this JSON Schema file"
     )
     oneshot.add_argument(
@@ -210,6 +216,8 @@ def flag_conflict(ns: argparse.Namespace) -> str | None:
         return "--output, --ordered, --save-sessions and --allow-tools need --batch"
     if ns.prompt is None and (ns.json or ns.schema is not None):
         return '--json and --schema need -p (in batch mode a line says "mode": "json" and its "schema")'
+    if ns.prompt is None and ns.show_thinking:
+        return '--show-thinking needs -p (batch records carry the thinking as "reasoning")'
     if ns.prompt is None and ns.attach:
         return '--attach needs -p (in batch mode a line lists its "attachments"; in the chat app type @FILE)'
     if ns.prompt is not None and ns.session is not None:
@@ -272,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
 
             with settled_heap():
                 return run_oneshot(
-                    settings, OneShotOptions(ns.prompt, ns.json, ns.schema, tuple(ns.attach or ()), resume)
+                    settings,
+                    OneShotOptions(
+                        ns.prompt, ns.json, ns.schema, tuple(ns.attach or ()), resume, ns.show_thinking
+                    ),
                 )
         from radixchat.chat.session import load_session
         from radixchat.tui.app import run_app

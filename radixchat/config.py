@@ -214,6 +214,12 @@ class Settings(BaseSettings):
     top_k: TopK = Field(0, description="keep the k most likely tokens (0 = off)")
     repetition_penalty: RepetitionPenalty = Field(1.1, description="penalty for repeated tokens (1 = off)")
     max_tokens: MaxTokens = Field(512, description="most tokens generated per reply")
+    max_thinking_tokens: int = Field(
+        1024,
+        ge=1,
+        description="in json and tool modes, most tokens a thinking model may think before its closing "
+        "tag is forced (and never more than half of max_tokens), so the constrained answer always comes",
+    )
     seed: Seed | None = Field(None, description="sampling seed (default: random)")
     stop: StopSequences = Field(
         default_factory=list,

@@ -36,6 +36,7 @@ from radixchat.batch.runner import Plan, plan_line, start_reply
 from radixchat.chat.attachments import compose_message, read_attachment
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult
 from radixchat.chat.schema_check import schema_errors
+from radixchat.chat.thinking import ThinkingDelta
 from radixchat.chat.tools import ToolRegistry
 from radixchat.config import Settings
 from radixchat.errors import RadixchatError
@@ -49,6 +50,7 @@ class OneShotOptions:
     schema: Path | None = None  # constrain it to this JSON Schema (implies json)
     attach: tuple[Path, ...] = ()  # files put into the prompt, before its text (``-a``)
     session: Path | None = None  # continue this saved session and save the turn back (``-c``)
+    show_thinking: bool = False  # a thinking model's thinking to stderr (``--show-thinking``)
 
 
 def error(msg: str) -> None:
@@ -143,6 +145,31 @@ class Status:
             self.shown = False
 
 
+class Thoughts:
+    """``--show-thinking``: the thinking on stderr as it streams (dimmed on a terminal), one line break
+    after it; stdout keeps the answer alone."""
+
+    def __init__(self, stream: IO[str] | None) -> None:
+        self.stream = stream
+        self.tty = stream is not None and stream.isatty()
+        self.open = False
+
+    def write(self, text: str) -> None:
+        if self.stream is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.write(f"\x1b[2m{text}\x1b[0m" if self.tty else text)
+            self.stream.flush()
+            self.open = True
+
+    def end(self) -> None:
+        if self.open and self.stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.write("\n")
+                self.stream.flush()
+        self.open = False
+
+
 class Stdout:
     """The reply's text, flushed as it comes; remembers whether it ends a line, and a write that failed
     (a closed pipe, as in ``| head -c 100``), after which it writes nothing."""
@@ -197,11 +224,20 @@ async def _run(settings: Settings, line: BatchLine, options: OneShotOptions) -> 
             status.clear()
             error(str(exc))
             return ExitCode.FAILED
+        thoughts = Thoughts(sys.stderr) if options.show_thinking else None
         async for text in reply:
             status.clear()
+            if isinstance(text, ThinkingDelta):
+                if thoughts is not None:
+                    thoughts.write(text)
+                continue
+            if thoughts is not None:
+                thoughts.end()
             out.write(text)
             if out.error is not None:
                 reply.cancel()
+        if thoughts is not None:
+            thoughts.end()
         result = await reply.result()
         if options.session is not None and out.error is None:
             await _save_back(backend, plan, result, options.session.parent)

@@ -37,6 +37,10 @@ def record(
         "line": job.line,
         "turn": turn,
         "reply": (tool_turn.text if tool_turn is not None else result.message.content) if result else None,
+        # A thinking model's thinking (null: it did not think).
+        "reasoning": (tool_turn.reasoning if tool_turn is not None else result.message.reasoning)
+        if result
+        else None,
         "finish_reason": result.finish_reason if result else "error",
         "usage": (tool_turn.usage() if tool_turn is not None else result.usage()) if result else None,
         "ttft_ms": round(first.ttft_ms, 2) if first and first.ttft_ms is not None else None,

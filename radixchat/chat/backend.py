@@ -61,6 +61,9 @@ class TurnResult:
     decode_tokens_per_s: float | None
     error: str | None = None
     dropped_turns: int = 0  # earlier turns that left the context before this reply (``fit_context``)
+    # Of ``completion_tokens``, those the model spent thinking (None: it did not think, or the server
+    # does not say). The answer is ``message.content``, the thinking ``message.reasoning``.
+    reasoning_tokens: int | None = None
 
     @property
     def prefilled_tokens(self) -> int | None:
@@ -69,15 +72,27 @@ class TurnResult:
         return self.prompt_tokens - self.cached_tokens
 
     def usage(self) -> dict[str, int | None]:
-        return {
+        """The counts (``reasoning_tokens`` only for a reply that thought)."""
+        out: dict[str, int | None] = {
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,
         }
+        if self.reasoning_tokens is not None:
+            out["reasoning_tokens"] = self.reasoning_tokens
+        return out
 
     def footer(self) -> str:
-        """The usage line: ``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s``."""
-        return usage_footer(self.prompt_tokens, self.cached_tokens, self.ttft_ms, self.decode_tokens_per_s)
+        """The usage line: ``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s`` (with ``thinking N ·
+        answer M`` for a reply that thought)."""
+        return usage_footer(
+            self.prompt_tokens,
+            self.cached_tokens,
+            self.ttft_ms,
+            self.decode_tokens_per_s,
+            self.reasoning_tokens,
+            self.completion_tokens,
+        )
 
     def status_footer(self) -> str:
         """The usage line with how the reply ended (stopped, cut by max tokens, cut off, an error), as the
@@ -112,7 +127,9 @@ def kv_owner(session_file: Path) -> str:
 
 class Reply(Protocol):
     """One reply being generated. Iterate it for text deltas; ``result()`` waits for the end (iterating
-    what is left) and returns the ``TurnResult`` whose message is now the conversation's last."""
+    what is left) and returns the ``TurnResult`` whose message is now the conversation's last. A thinking
+    model's reasoning arrives as ``ThinkingDelta`` deltas (a ``str`` subclass, ``chat.thinking``), before
+    the answer's plain ``str`` ones."""
 
     def __aiter__(self) -> AsyncIterator[str]: ...
     def cancel(self) -> None:

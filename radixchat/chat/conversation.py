@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from radixchat.chat.thinking import template_thinks
 from radixchat.errors import RadixchatError
 from radixchat.tool_format import strip_tool_calls
 
@@ -72,9 +73,13 @@ class Message:
     name: str | None = None  # tool name, for tool messages
     meta: dict[str, Any] = field(default_factory=dict)  # usage and timings of an assistant turn
     dropped: bool = False  # left the model's context (``Conversation.fit_context``): kept, not rendered
+    reasoning: str | None = None  # an assistant's thinking (``chat.thinking``); ``content`` is its answer
 
     def template_dict(self, native_tools: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning is not None:
+            # As Qwen3's template reads it (it drops earlier turns' thinking); others ignore the key.
+            out["reasoning_content"] = self.reasoning
         if self.tool_calls and native_tools:
             # The template writes the calls itself; the content keeps only the text around them.
             out["content"] = strip_tool_calls(self.content)
@@ -91,6 +96,7 @@ class ChatFormat:
         self.tokenizer = tokenizer
         self.template = getattr(tokenizer, "chat_template", None) or CHATML_FALLBACK
         self.native_tools = self._supports_tools()
+        self.thinks = template_thinks(self.template, tokenizer)  # replies may think (``chat.thinking``)
         self.delta_ok, self.delta_problem = self._probe()
 
     def render(
@@ -219,15 +225,22 @@ class Conversation:
         return self.ids
 
     def add_assistant(
-        self, content: str, token_ids: list[int], finish_reason: str | None = None, **meta: Any
+        self,
+        content: str,
+        token_ids: list[int],
+        finish_reason: str | None = None,
+        reasoning: str | None = None,
+        **meta: Any,
     ) -> None:
-        """Record a reply with the exact ids the engine generated (they are in its cache now)."""
+        """Record a reply (its answer, and its thinking apart) with the exact ids the engine generated
+        (they are in its cache now, thinking included)."""
         msg = Message(
             "assistant",
             content,
             list(token_ids),
             self.fmt.decode(list(token_ids)),
             finish_reason=finish_reason,
+            reasoning=reasoning,
         )
         msg.meta.update(meta)
         self.messages.append(msg)

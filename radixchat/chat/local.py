@@ -20,6 +20,7 @@ from radixchat.chat.backend import ChatBackend, LoadedKV, StoredKV, TurnResult
 from radixchat.chat.conversation import ChatFormat, ContextOverflow, Conversation
 from radixchat.chat.engine_settings import engine_from_settings
 from radixchat.chat.modes import ConstraintSpec, ModeError, UnenforceableSchemaError
+from radixchat.chat.thinking import THINK_CLOSE, THINK_OPEN, ThinkingSplitter, prompt_opens_thinking
 from radixchat.chat.usage import UsageTotals
 from radixchat.engine import (
     Engine,
@@ -135,12 +136,20 @@ class LocalReply:
     """One streaming reply from the in-process engine."""
 
     def __init__(
-        self, backend: LocalBackend, conv: Conversation, handle: RequestHandle, dropped_turns: int = 0
+        self,
+        backend: LocalBackend,
+        conv: Conversation,
+        handle: RequestHandle,
+        dropped_turns: int = 0,
+        thinking: ThinkingSplitter | None = None,
     ) -> None:
+        """``thinking``: the splitter of a model that thinks (None: all the text is answer)."""
         self._backend = backend
         self._conv = conv
         self._handle = handle
         self._dropped = dropped_turns
+        self._split = thinking
+        self._thought = 0  # tokens generated while thinking (the tags included)
         self._ids: list[int] = []
         self._text: list[str] = []
         self._result: TurnResult | None = None
@@ -149,24 +158,38 @@ class LocalReply:
         return self._stream()
 
     async def _stream(self) -> AsyncIterator[str]:
+        split = self._split
         async for ev in self._handle:
             if isinstance(ev, TokenEvent):
                 self._ids.append(ev.token_id)
+            was_thinking = split is not None and split.in_thinking
             if ev.text:
                 self._text.append(ev.text)
-                yield ev.text
+                for delta in split.feed(ev.text) if split is not None else (ev.text,):
+                    yield delta
+            if isinstance(ev, TokenEvent) and (was_thinking or (split is not None and split.in_thinking)):
+                self._thought += 1
             if isinstance(ev, FinishEvent):
+                for delta in split.flush() if split is not None else ():
+                    yield delta
                 self._finish(ev)
 
     def _finish(self, ev: FinishEvent) -> None:
         text = "".join(self._text)
+        reasoning, thought = None, None
+        if self._split is not None and self._split.opened:
+            text, reasoning, thought = self._split.answer, self._split.reasoning, self._thought
         reason = ev.reason.value
         ttft_ms = ev.ttft_s * 1000 if ev.ttft_s is not None else None
+        usage: dict[str, int] = ev.usage.as_dict()
+        if thought is not None:
+            usage["reasoning_tokens"] = thought
         self._conv.add_assistant(
             text,
             self._ids,
             reason,
-            usage=ev.usage.as_dict(),
+            reasoning,
+            usage=usage,
             ttft_ms=ttft_ms,
             decode_tokens_per_s=ev.decode_tokens_per_s,
         )
@@ -181,6 +204,7 @@ class LocalReply:
             ev.decode_tokens_per_s,
             ev.error,
             self._dropped,
+            thought,
         )
         self._backend.replies += 1
 
@@ -199,10 +223,15 @@ class LocalBackend(ChatBackend):
     """Chat over the in-process engine."""
 
     def __init__(
-        self, engine: Engine, cache_dir: Path | None = None, context_overflow: ContextOverflow = "drop-oldest"
+        self,
+        engine: Engine,
+        cache_dir: Path | None = None,
+        context_overflow: ContextOverflow = "drop-oldest",
+        max_thinking_tokens: int = 1024,
     ) -> None:
         self.engine = engine
         self.context_overflow = context_overflow
+        self.max_thinking_tokens = max_thinking_tokens
         self.model_name = engine.model_name
         self.fmt = ChatFormat(engine.tokenizer)
         self.context_tokens = engine.context_tokens
@@ -217,6 +246,7 @@ class LocalBackend(ChatBackend):
             engine_from_settings(settings, progress),
             cache_dir=settings.cache_dir,
             context_overflow=settings.context_overflow,
+            max_thinking_tokens=settings.max_thinking_tokens,
         )
 
     async def start(self) -> None:
@@ -235,11 +265,39 @@ class LocalBackend(ChatBackend):
     ) -> LocalReply:
         """Start generating the reply to the conversation's last message (raises RequestError).
 
-        ``constraint`` is the grammar matcher from ``constraint()`` (a matcher for this engine)."""
+        ``constraint`` is the grammar matcher from ``constraint()`` (a matcher for this engine). A model
+        that thinks thinks unconstrained: the grammar applies from its closing tag on (``after_thinking``).
+        """
         context = self.context_tokens
         dropped = conv.fit_context(context, min(params.max_tokens, context // 4), self.context_overflow)
-        handle = self.engine.submit(conv.prompt_ids(), params, constraint)
-        return LocalReply(self, conv, handle, dropped)
+        prompt = conv.prompt_ids()
+        splitter = None
+        if self.fmt.thinks:
+            inside = prompt_opens_thinking(conv.text)
+            splitter = ThinkingSplitter(inside)
+            if constraint is not None:
+                constraint = self._after_thinking(constraint, inside)
+        handle = self.engine.submit(prompt, params, constraint)
+        return LocalReply(self, conv, handle, dropped, splitter)
+
+    def _after_thinking(self, matcher: TokenMatcher, inside: bool) -> TokenMatcher:
+        """``matcher`` behind the thinking, where the tags are tokens of this vocabulary (else as is)."""
+        from radixchat.grammar.thinking import ThinkingMatcher
+
+        vocab = self.engine.tokenizer.get_vocab()
+        open_id, close_id = vocab.get(THINK_OPEN), vocab.get(THINK_CLOSE)
+        if open_id is None or close_id is None:
+            return matcher
+        loaded = self.engine.loaded
+        return ThinkingMatcher(
+            matcher,
+            loaded.vocab_size,
+            open_id,
+            close_id,
+            loaded.eos_ids,
+            self.max_thinking_tokens,
+            inside,
+        )
 
     def warm(self, ids: Sequence[int]) -> None:
         if len(ids) > 1:

@@ -240,6 +240,7 @@ def request_messages(messages: list[Message]) -> list[dict[str, Any]]:
     pending: list[str] = []
     for i, m in enumerate(messages):
         d = m.template_dict(native_tools=True)
+        d.pop("reasoning_content", None)  # servers take back the answer only (DeepSeek's refuses it)
         if m.role == "assistant" and m.tool_calls:
             ids = list(m.meta.get("tool_call_ids") or [])
             ids += [f"call_{i}_{k}" for k in range(len(ids), len(m.tool_calls))]

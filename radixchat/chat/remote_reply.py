@@ -22,6 +22,7 @@ from typing import Any
 from radixchat.chat.backend import TurnResult
 from radixchat.chat.conversation import Conversation
 from radixchat.chat.remote_link import ServerLink, one_line, server_message
+from radixchat.chat.thinking import ThinkingDelta, ThinkingSplitter
 from radixchat.errors import RemoteError
 
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -53,6 +54,9 @@ class RemoteReply:
         self._bug: BaseException | None = None
         # What the stream brought so far.
         self._text: list[str] = []
+        self._split = ThinkingSplitter()  # a server without a reasoning parser sends <think> in content
+        self._reasoning: list[str] = []  # what it sent as ``reasoning_content`` (or ``reasoning``)
+        self._thought_chunks = 0  # ≈ thinking tokens, when usage does not report them
         self._calls: dict[int, dict[str, Any]] = {}
         self._chunks = 0  # chunks with content or tool-call deltas (≈ tokens, when usage is not reported)
         self._usage: Any = None
@@ -158,14 +162,23 @@ class RemoteReply:
             self._usage = chunk.usage
         for choice in chunk.choices or ():
             delta = choice.delta
-            if delta is not None and (delta.content or delta.tool_calls):
+            # Not in the OpenAI API: vLLM and SGLang send ``reasoning_content``, some servers ``reasoning``.
+            thought = delta is not None and (
+                getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+            )
+            if delta is not None and (delta.content or delta.tool_calls or thought):
                 now = time.perf_counter()
                 self._t_first = self._t_first or now
                 self._t_last = now
                 self._chunks += 1
+                if thought and isinstance(thought, str):
+                    self._reasoning.append(thought)
+                    self._thought_chunks += 1
+                    self._queue.put_nowait(ThinkingDelta(thought))
                 if delta.content:
                     self._text.append(delta.content)
-                    self._queue.put_nowait(delta.content)
+                    for piece in self._split.feed(delta.content):
+                        self._queue.put_nowait(piece)
                 for tc in delta.tool_calls or ():
                     call = self._calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
                     call["id"] = tc.id or call["id"]
@@ -188,15 +201,21 @@ class RemoteReply:
         return self._lost(f"failed mid-reply: {server_message(exc) or one_line(str(exc))}")
 
     def _lost(self, what: str) -> str:
-        kept = "; the partial reply is kept" if self._text or self._calls else ""
+        kept = "; the partial reply is kept" if self._text or self._calls or self._reasoning else ""
         return f"the server at {self._link.base_url} {what}{kept}"
 
     def _finish(self, reason: str, error: str | None = None) -> None:
+        for piece in self._split.flush():
+            self._queue.put_nowait(piece)
         usage = self._usage
         prompt = getattr(usage, "prompt_tokens", None)
         details = getattr(usage, "prompt_tokens_details", None)
         cached = getattr(details, "cached_tokens", None)
         completion = getattr(usage, "completion_tokens", None)
+        thought = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None)
+        if thought is None and self._reasoning:
+            thought = self._thought_chunks
+        reasoning = "".join(self._reasoning).strip() or self._split.reasoning
         if completion is None:
             completion = self._chunks
         if reason == "stop" and self._calls and completion >= self._request.get("max_tokens", 1 << 62):
@@ -210,11 +229,17 @@ class RemoteReply:
             and self._t_last > self._t_first
         ):
             tps = (completion - 1) / (self._t_last - self._t_first)
-        reported = {"prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": completion}
+        reported = {
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "completion_tokens": completion,
+            "reasoning_tokens": thought,
+        }
         self._conv.add_assistant(
-            "".join(self._text),
+            self._split.answer,
             [],
             reason,
+            reasoning,
             usage={k: v for k, v in reported.items() if v is not None},
             ttft_ms=ttft_ms,
             decode_tokens_per_s=tps,
@@ -226,9 +251,11 @@ class RemoteReply:
             msg.meta["tool_call_ids"] = [c["id"] or f"call_{i}" for i, c in enumerate(calls)]
         if error is not None:
             msg.meta["error"] = error
-            if self._text or self._calls:
+            if self._text or self._calls or self._reasoning:
                 msg.meta["partial"] = True
-        self._result = TurnResult(msg, reason, prompt, cached, completion, ttft_ms, tps, error)
+        self._result = TurnResult(
+            msg, reason, prompt, cached, completion, ttft_ms, tps, error, reasoning_tokens=thought
+        )
         self._link.totals.add(self._result)
 
     def _on_done(self, task: asyncio.Task[None]) -> None:

@@ -26,9 +26,10 @@ from pydantic import (
 )
 
 from radixchat.chat.conversation import ChatFormat, Conversation, Message
+from radixchat.chat.thinking import split_thinking
 from radixchat.errors import SessionError
 
-SESSION_VERSION = 3
+SESSION_VERSION = 4
 Mode = Literal["chat", "json", "tool"]
 
 
@@ -42,8 +43,36 @@ def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "version": 3}
 
 
+def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 keeps an assistant's thinking apart ("reasoning", null when absent). Before it, a thinking
+    model's reply kept its ``<think>…</think>`` in the content: that moves into "reasoning" now."""
+
+    def upgrade(messages: Any) -> Any:
+        if not isinstance(messages, list):
+            return messages  # validation reports it
+        out = []
+        for m in messages:
+            if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), str):
+                reasoning, answer = split_thinking(m["content"])
+                if reasoning is not None:
+                    m = {**m, "content": answer, "reasoning": reasoning}
+            out.append(m)
+        return out
+
+    branches = raw.get("branches")
+    if isinstance(branches, list):
+        branches = [
+            {**b, "messages": upgrade(b.get("messages"))} if isinstance(b, dict) else b for b in branches
+        ]
+    return {**raw, "version": 4, "messages": upgrade(raw.get("messages", [])), "branches": branches or []}
+
+
 # version -> function upgrading a raw dict of that version to the next one
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+}
 
 
 def now() -> datetime:
@@ -61,6 +90,7 @@ class SessionMessage(BaseModel):
     name: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
     dropped: bool = False  # left the model's context: shown and kept, no longer sent to the model
+    reasoning: str | None = None  # an assistant's thinking (``content`` is its answer)
 
 
 class SamplingSettings(BaseModel):
@@ -96,7 +126,7 @@ class SessionBranch(BaseModel):
 class SessionFile(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    version: Literal[3] = SESSION_VERSION
+    version: Literal[4] = SESSION_VERSION
     name: str
     model: str
     mode: Mode = "chat"
@@ -234,6 +264,7 @@ def conversation_from_session(
                 m.name,
                 dict(m.meta),
                 m.dropped,
+                m.reasoning,
             )
         )
     if not same_model or any(m.role != "system" and not m.token_ids for m in messages if not m.dropped):
@@ -255,6 +286,7 @@ def session_messages(conv: Conversation) -> list[SessionMessage]:
             name=m.name,
             meta=dict(m.meta),
             dropped=m.dropped,
+            reasoning=m.reasoning,
         )
         for m in conv.messages
     ]

@@ -30,14 +30,25 @@ class ToolTurn:
         """The final reply's text without any tool-call blocks."""
         return strip_tool_calls(self.final.message.content)
 
+    @property
+    def reasoning(self) -> str | None:
+        """The thinking of every round, in order (None: no round thought)."""
+        parts = [r.message.reasoning for r in self.rounds if r.message.reasoning]
+        return "\n\n".join(parts) if parts else None
+
     def usage(self) -> dict[str, int]:
-        """Prompt and cached tokens of the first round (what the user's message cost) plus all output."""
+        """Prompt and cached tokens of the first round (what the user's message cost) plus all output
+        (and the thinking of it, where a round thought)."""
         first = self.rounds[0]
-        return {
+        out = {
             "prompt_tokens": first.prompt_tokens,
             "cached_tokens": first.cached_tokens,
             "completion_tokens": sum(r.completion_tokens for r in self.rounds),
         }
+        thought = [r.reasoning_tokens for r in self.rounds if r.reasoning_tokens is not None]
+        if thought:
+            out["reasoning_tokens"] = sum(thought)
+        return out
 
 
 async def _collect(reply: Reply) -> TurnResult:

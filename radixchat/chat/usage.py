@@ -11,15 +11,25 @@ from typing import Any
 
 
 def usage_footer(
-    prompt: int | None, cached: int | None, ttft_ms: float | None, tokens_per_s: float | None
+    prompt: int | None,
+    cached: int | None,
+    ttft_ms: float | None,
+    tokens_per_s: float | None,
+    thinking: int | None = None,
+    completion: int | None = None,
 ) -> str:
     """A reply's footer: ``reused 812 · prefilled 15 · TTFT 95 ms · 31 tok/s`` (``prompt 827 · ...`` when
-    a remote server reports no cached tokens; no counts when it reports no usage: unknown is not 0)."""
+    a remote server reports no cached tokens; no counts when it reports no usage: unknown is not 0). A
+    reply that thought counts its thinking tokens apart from its answer's: ``thinking 120 · answer 31``."""
     parts = []
     if prompt is not None and cached is not None:
         parts += [f"reused {cached}", f"prefilled {prompt - cached}"]
     elif prompt is not None:
         parts.append(f"prompt {prompt}")
+    if thinking is not None:
+        parts.append(f"thinking {thinking}")
+        if completion is not None:
+            parts.append(f"answer {max(completion - thinking, 0)}")
     if ttft_ms is not None:
         parts.append(f"TTFT {ttft_ms:.0f} ms")
     if tokens_per_s is not None:
@@ -50,6 +60,8 @@ def footer_from_meta(meta: dict[str, Any], finish_reason: str | None) -> str:
         usage.get("cached_tokens"),
         meta.get("ttft_ms"),
         meta.get("decode_tokens_per_s"),
+        usage.get("reasoning_tokens"),
+        usage.get("completion_tokens"),
     )
     return decorate_footer(footer, finish_reason, meta.get("error"), bool(meta.get("partial")))
 

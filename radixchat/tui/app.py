@@ -22,6 +22,7 @@ from radixchat.tui.commands import ChatCommands
 from radixchat.tui.keymap import APP_BINDINGS, binding_groups, check_keymap
 from radixchat.tui.messages import ChatShown, EngineFailed, EngineProgress, EngineReady
 from radixchat.tui.screens.help import HelpScreen
+from radixchat.tui.widgets.thinking import toggle_thinking
 
 
 class RadixChatApp(App[int]):
@@ -89,6 +90,11 @@ class RadixChatApp(App[int]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(binding_groups(), self.keymap))
+
+    def action_toggle_thinking(self) -> None:
+        """F6: show or hide every reply's thinking (folded by default)."""
+        shown = toggle_thinking(self)
+        self.notify("Thinking shown" if shown else "Thinking hidden", timeout=1.5)
 
     # -- the backend --------------------------------------------------------------------------------------
 

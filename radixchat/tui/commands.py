@@ -35,6 +35,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("Session settings…", "System prompt and sampling parameters", "settings"),
     ("Attach file…", "Pick a file to attach to the message (@path in the prompt)", "attach_file"),
     ("Toggle panels", "Show or hide the cache tree, hit rate, memory and speed panels", "toggle_panels"),
+    ("Show/hide thinking", "Unfold or fold every reply's thinking (thinking models)", "app.toggle_thinking"),
     ("Help", "All key bindings", "app.help"),
 ]
 

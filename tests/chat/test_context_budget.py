@@ -116,7 +116,7 @@ def test_version_2_sessions_load_with_nothing_dropped(tmp_path):
         )
     )
     loaded = load_session(path)
-    assert loaded.version == 3 and not loaded.messages[0].dropped
+    assert loaded.version >= 3 and not loaded.messages[0].dropped
 
 
 async def test_a_reply_after_a_drop_is_what_transformers_gives_on_the_kept_history(smol_tokenizer):

@@ -9,6 +9,7 @@ import pytest
 
 from radixchat.chat.conversation import ChatFormat, Conversation
 from radixchat.chat.session import (
+    SESSION_VERSION,
     SessionFile,
     SessionMessage,
     conversation_from_session,
@@ -119,7 +120,7 @@ def test_version_1_files_are_migrated_on_load_and_left_untouched(tmp_path):
     old = {"version": 1, "name": "old", "model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     path.write_text(json.dumps(old))
     loaded = load_session(path)
-    assert loaded.version == 3 and loaded.branches == [] and loaded.messages[0].content == "hi"
+    assert loaded.version == SESSION_VERSION and loaded.branches == [] and loaded.messages[0].content == "hi"
     assert json.loads(path.read_text()) == old
 
 

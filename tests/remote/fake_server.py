@@ -23,6 +23,10 @@ class Stream:
     """A 200 SSE stream: ``deltas`` as content chunks, then ``finish``, then usage if asked for."""
 
     deltas: list[str] = field(default_factory=lambda: ["Hello", " there", "!"])
+    # Thinking, streamed before the content in ``delta.<reasoning_key>`` (vLLM's and SGLang's
+    # ``reasoning_content``; some servers say ``reasoning``).
+    reasoning: list[str] = field(default_factory=list)
+    reasoning_key: str = "reasoning_content"
     finish: str | None = "stop"  # None: end the stream (cleanly) without a finish reason
     usage: dict[str, Any] | None = field(
         default_factory=lambda: {
@@ -178,6 +182,9 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self._chunk(self._event({"role": "assistant", "content": ""}))
             time.sleep(s.delay_first)
+            for text in s.reasoning:
+                self._chunk(self._event({s.reasoning_key: text}))
+                time.sleep(s.delay_each)
             for i, text in enumerate(s.deltas):
                 if s.drop_after is not None and i >= s.drop_after:
                     self._drop()
@@ -226,3 +233,31 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
 
     return Handler
+
+
+def main() -> None:
+    """Serve a thinking model's replies until interrupted (for trying the app by hand in a terminal):
+    ``python tests/remote/fake_server.py`` prints the URL to give ``radixchat --backend``."""
+    import sys
+
+    server = FakeServer().start()
+    words = "Let me think about this step by step. The user greets me, so I should greet back.".split()
+    server.default = Stream(
+        deltas=["Hello", " there", "! How can I help?"],
+        reasoning=[w + " " for w in words],
+        delay_each=float(sys.argv[1]) if len(sys.argv) > 1 else 0.15,
+        usage={
+            "prompt_tokens": 20,
+            "completion_tokens": 20,
+            "completion_tokens_details": {"reasoning_tokens": 17},
+        },
+    )
+    print(server.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

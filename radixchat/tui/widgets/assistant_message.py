@@ -3,7 +3,8 @@
 Streaming uses ``Markdown.get_stream`` (write each delta, then ``stop``) and one final ``update()``:
 per-token ``update()`` re-parses the whole reply each time, and without the final update a closed code fence can stay blank.
 A reply that calls tools shows each call as a ``ToolCallBlock`` (between its text and its footer), not
-the ``<tool_call>`` JSON it wrote.
+the ``<tool_call>`` JSON it wrote. A thinking model's reasoning streams into a folded ``ThinkingBlock``
+above the answer.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from textual.binding import Binding
 from textual.widgets import Markdown, Static
 
 from radixchat.chat.conversation import Message
+from radixchat.chat.thinking import ThinkingDelta
 from radixchat.chat.usage import footer_from_meta
 from radixchat.tool_format import CallFilter, strip_tool_calls
 from radixchat.tui.messages import RegenerateRequested
 from radixchat.tui.pacing import WritePacer
 from radixchat.tui.widgets.message_view import MessageView
+from radixchat.tui.widgets.thinking import ThinkingBlock
 from radixchat.tui.widgets.tool_call import ToolCallBlock
 
 _md = MarkdownIt("commonmark")
@@ -65,9 +68,11 @@ class AssistantMessage(MessageView):
         self.streaming = streaming
         self.results = results or []
         self._code_index = 0
-        self.streamed: list[str] = []  # deltas as they arrived (for tests and copy while streaming)
+        self.streamed: list[str] = []  # answer deltas as they arrived (for tests and copy while streaming)
 
     def compose(self) -> ComposeResult:
+        if not self.streaming and self.message.reasoning:
+            yield ThinkingBlock(self.message.reasoning, _thought_tokens(self.message))
         text = (
             "" if self.streaming else display_text(self.message.content, self.mode, self.message.tool_calls)
         )
@@ -117,8 +122,17 @@ class AssistantMessage(MessageView):
         calls = CallFilter() if hide_calls else None
         pacer = pacer or WritePacer()
         pending: list[str] = []
+        thought: list[str] = []
         try:
             async for delta in reply:
+                if isinstance(delta, ThinkingDelta):
+                    thought.append(delta)
+                    if pacer.due():
+                        await self._think(thought)
+                        pacer.wrote()
+                    continue
+                if thought:
+                    await self._think(thought)
                 self.streamed.append(delta)
                 if calls is not None:
                     seen = calls.calls
@@ -131,11 +145,27 @@ class AssistantMessage(MessageView):
                     pending.clear()
                     pacer.wrote()
         finally:
+            if thought:
+                await self._think(thought)
             if calls is not None:
                 pending.append(calls.flush())
             if "".join(pending):
                 await stream.write("".join(pending))
             await stream.stop()
+
+    @property
+    def thinking(self) -> ThinkingBlock | None:
+        blocks = self.query(ThinkingBlock)
+        return blocks.first() if blocks else None
+
+    async def _think(self, pieces: list[str]) -> None:
+        """Show streamed reasoning (the block appears with the first of it)."""
+        block = self.thinking
+        if block is None:
+            block = ThinkingBlock(streaming=True)
+            await self.mount(block, before=self.body)
+        block.add("".join(pieces), len(pieces))
+        pieces.clear()
 
     async def finish(
         self, message: Message, footer: str, mode: str | None, calls: list[dict[str, Any]] | None = None
@@ -143,6 +173,13 @@ class AssistantMessage(MessageView):
         """The reply is over: render it once in full and show its footer. ``calls`` (default: the
         message's) get a pending block each, returned in order for the caller to fill in."""
         self.message, self.mode, self.streaming = message, mode, False
+        block = self.thinking
+        if message.reasoning and block is None:
+            await self.mount(ThinkingBlock(message.reasoning, _thought_tokens(message)), before=self.body)
+        elif block is not None and message.reasoning:
+            block.finish(message.reasoning, _thought_tokens(message))
+        elif block is not None:
+            await block.remove()
         calls = calls if calls is not None else message.tool_calls or []
         text = display_text(message.content, mode, calls)
         await self.body.update(text)
@@ -157,6 +194,7 @@ class AssistantMessage(MessageView):
         return blocks
 
     def copy_text(self) -> str:
+        """The answer (never the thinking)."""
         return "".join(self.streamed) if self.streaming else self.message.content
 
     def action_copy_code(self) -> None:
@@ -175,3 +213,7 @@ class AssistantMessage(MessageView):
 
     def action_regenerate(self) -> None:
         self.post_message(RegenerateRequested())
+
+
+def _thought_tokens(message: Message) -> int | None:
+    return (message.meta.get("usage") or {}).get("reasoning_tokens")
