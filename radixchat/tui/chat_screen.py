@@ -71,7 +71,7 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+b", "toggle_panels", "Panels", id="panels"),
         Binding("f2", "settings", "Settings", id="settings", show=False),
         Binding("f3", "branches", "Branches", id="branches", show=False),
-        Binding("f6", "app.toggle_thinking", "Thinking", id="thinking.toggle", show=False),
+        Binding("f6", "app.toggle_thinking", "Thinking", id="thinking.toggle", show=False, priority=True),
         # Not Ctrl+Y: the prompt (a TextArea) takes it for redo, so it did nothing there.
         Binding("ctrl+g", "copy_last", "Copy reply", id="copy.last", show=False),
         Binding("f8", "attach_file", "Attach file", id="attach.pick", show=False),

@@ -241,7 +241,21 @@ def main() -> None:
     import sys
 
     server = FakeServer().start()
-    words = "Let me think about this step by step. The user greets me, so I should greet back.".split()
+    words = [
+        "Let",
+        "me",
+        "think",
+        "about",
+        "this.",
+        "The",
+        "user",
+        "greets",
+        "me,",
+        "so",
+        "I",
+        "greet",
+        "back.",
+    ]
     server.default = Stream(
         deltas=["Hello", " there", "! How can I help?"],
         reasoning=[w + " " for w in words],

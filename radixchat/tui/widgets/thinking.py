@@ -27,12 +27,12 @@ class ThinkingBlock(Collapsible):
     def __init__(self, reasoning: str = "", tokens: int | None = None, streaming: bool = False) -> None:
         self.text, self.tokens, self.streaming = reasoning, tokens, streaming
         self._pieces = 0  # deltas streamed (≈ tokens until the reply says how many)
-        super().__init__(Static(reasoning, markup=False, classes="thinking-text"), title=self._title())
+        super().__init__(Static(reasoning, markup=False, classes="thinking-text"), title=self._heading())
 
     def on_mount(self) -> None:
         self.collapsed = not self.app.has_class(SHOWN)
 
-    def _title(self) -> str:
+    def _heading(self) -> str:
         if self.streaming:
             return f"Thinking… {self._pieces} tokens"
         return f"Thought for {self.tokens} tokens" if self.tokens is not None else "Thought"
@@ -42,10 +42,10 @@ class ThinkingBlock(Collapsible):
         self.text += text
         self._pieces += pieces
         self.query_one(".thinking-text", Static).update(self.text)
-        self.title = self._title()
+        self.title = self._heading()
 
     def finish(self, reasoning: str, tokens: int | None) -> None:
         """The reply is over: the reasoning as the message keeps it, and its token count."""
         self.text, self.tokens, self.streaming = reasoning, tokens, False
         self.query_one(".thinking-text", Static).update(reasoning)
-        self.title = self._title()
+        self.title = self._heading()
