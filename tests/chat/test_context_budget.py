@@ -11,6 +11,7 @@ import pytest
 from radixchat.chat.conversation import ChatFormat, ContextOverflowError, Conversation
 from radixchat.chat.local import LocalBackend
 from radixchat.chat.session import (
+    SESSION_VERSION,
     conversation_from_session,
     load_session,
     save_session,
@@ -100,7 +101,7 @@ def test_dropped_turns_are_kept_in_the_session_file(tmp_path, smol_tokenizer):
     conv = _chat(smol_tokenizer, 10)
     conv.fit_context(len(conv.ids), reserve=64)
     path = save_session(session_from_conversation(conv, name="long", model="m"), tmp_path / "long.json")
-    assert json.loads(path.read_text())["version"] == 3
+    assert json.loads(path.read_text())["version"] == SESSION_VERSION
     back = conversation_from_session(load_session(path), ChatFormat(smol_tokenizer), "m")
     assert [m.dropped for m in back.messages] == [m.dropped for m in conv.messages]
     assert [m.content for m in back.messages] == [m.content for m in conv.messages]
@@ -116,7 +117,7 @@ def test_version_2_sessions_load_with_nothing_dropped(tmp_path):
         )
     )
     loaded = load_session(path)
-    assert loaded.version >= 3 and not loaded.messages[0].dropped
+    assert loaded.version == SESSION_VERSION and not loaded.messages[0].dropped
 
 
 async def test_a_reply_after_a_drop_is_what_transformers_gives_on_the_kept_history(smol_tokenizer):

@@ -70,7 +70,7 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path, conv):
     save_session(session_from_conversation(conv, name="s", model=MODEL), path)
     save_session(session_from_conversation(conv, name="s", model=MODEL), path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
-    assert json.loads(path.read_text())["version"] == 3
+    assert json.loads(path.read_text())["version"] == SESSION_VERSION
 
 
 def test_failed_write_keeps_the_old_file(tmp_path, conv, monkeypatch):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from radixchat.chat.session import SESSION_VERSION
+
 pytestmark = pytest.mark.real_model
 
 RADIXCHAT = shutil.which("radixchat") or str(Path(sys.executable).with_name("radixchat"))
@@ -21,6 +23,7 @@ FIELDS = {
     "line",
     "turn",
     "reply",
+    "reasoning",
     "finish_reason",
     "usage",
     "ttft_ms",
@@ -169,7 +172,7 @@ def test_saved_sessions_continue_in_a_new_run(tmp_path):
     proc = run(["--batch", str(write_jsonl(tmp_path / "a.jsonl", rows)), "--save-sessions", str(sessions)])
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((sessions / "s1.json").read_text())
-    assert saved["version"] == 3 and [m["role"] for m in saved["messages"]] == ["system", "user", "assistant"]
+    assert saved["version"] == SESSION_VERSION and [m["role"] for m in saved["messages"]] == ["system", "user", "assistant"]
     first = records(proc.stdout)[0]
 
     rows = [{"id": "s1b", "session": str(sessions / "s1.json"), "turns": ["Another one."], "max_tokens": 10}]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from radixchat.chat.remote import RemoteBackend
+from radixchat.chat.session import SessionFile, SessionMessage
 from radixchat.chat.usage import footer_from_meta
 from radixchat.tui.app import RadixChatApp
 from radixchat.tui.widgets.thinking import ThinkingBlock
@@ -96,3 +97,30 @@ def test_a_reply_with_its_thinking_shown(snap_compare, server, settings):
         await prepare(pilot, show=True)
 
     assert snap_compare(app_on(server, settings), terminal_size=NARROW, run_before=run_before)
+
+
+async def test_a_reopened_session_shows_its_thinking_folded(server, settings):
+    saved = SessionFile(
+        name="old",
+        model="fake-model",
+        messages=[
+            SessionMessage(role="user", content="Hi"),
+            SessionMessage(
+                role="assistant",
+                content="Hello!",
+                reasoning="They greet me.",
+                meta={"usage": {"completion_tokens": 9, "reasoning_tokens": 7}},
+            ),
+        ],
+    )
+    backend = RemoteBackend(server.url, "fake-model", timeout_s=5.0, retries=0)
+    app = RadixChatApp(settings, session=saved, backend_factory=lambda s, p: backend, panel_interval=None)
+    async with app.run_test(size=TERMINAL) as pilot:
+        await ready(app, pilot)
+        await wait_until(lambda: blocks(app), pilot=pilot)
+        (block,) = blocks(app)
+        assert block.collapsed and block.title == "Thought for 7 tokens" and block.text == "They greet me."
+        view = app.chat.transcript.last_assistant()
+        assert "thinking 7 · answer 2" in str(view.query_one(".footer").render())
+        await pilot.press("f6")
+        assert not block.collapsed
