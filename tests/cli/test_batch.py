@@ -172,7 +172,8 @@ def test_saved_sessions_continue_in_a_new_run(tmp_path):
     proc = run(["--batch", str(write_jsonl(tmp_path / "a.jsonl", rows)), "--save-sessions", str(sessions)])
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((sessions / "s1.json").read_text())
-    assert saved["version"] == SESSION_VERSION and [m["role"] for m in saved["messages"]] == ["system", "user", "assistant"]
+    assert saved["version"] == SESSION_VERSION
+    assert [m["role"] for m in saved["messages"]] == ["system", "user", "assistant"]
     first = records(proc.stdout)[0]
 
     rows = [{"id": "s1b", "session": str(sessions / "s1.json"), "turns": ["Another one."], "max_tokens": 10}]
