@@ -9,6 +9,7 @@ earlier turns is dropped) and the R1 distills' (the generation prompt opens the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -33,6 +34,7 @@ from radixchat.chat.thinking import (
 )
 from radixchat.engine import Engine, EngineConfig, SamplingParams
 from radixchat.engine.loader import describe_model
+from radixchat.tool_format import tool_call_dicts
 from tests.conftest import build_pair, tiny_config
 
 QWEN3_STYLE = (
@@ -217,7 +219,7 @@ async def test_json_mode_constrains_the_answer_after_unconstrained_thinking(r1, 
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     conv = r1.new_conversation()
     conv.add_user("Give me a number.")
-    constraint = await __import__("asyncio").to_thread(grammar_for, r1, ConstraintSpec("json", schema))
+    constraint = await asyncio.to_thread(grammar_for, r1, ConstraintSpec("json", schema))
     result = await r1.reply(conv, params, constraint).result()
     ids = result.message.token_ids
     # The thinking is what the model writes unconstrained, until the cap (6) forces the close tag.
@@ -225,6 +227,22 @@ async def test_json_mode_constrains_the_answer_after_unconstrained_thinking(r1, 
     assert result.reasoning_tokens == 7 and result.message.reasoning == plain.message.reasoning
     assert result.finish_reason == "stop"
     assert isinstance(json.loads(result.message.content)["n"], int)
+
+
+async def test_tool_mode_constrains_the_call_after_the_thinking(r1, think_tokenizer):
+    tool = {
+        "name": "get_time",
+        "description": "The time.",
+        "parameters": {"type": "object", "properties": {}},
+    }
+    spec = ConstraintSpec("tool", tools=[tool], tool_choice="required")
+    conv = r1.new_conversation()
+    conv.add_user("What time is it?")
+    constraint = await asyncio.to_thread(grammar_for, r1, spec)
+    result = await r1.reply(conv, SamplingParams(max_tokens=64, temperature=0.0), constraint).result()
+    assert result.message.token_ids[6] == think_tokenizer.convert_tokens_to_ids("</think>")
+    assert result.reasoning_tokens == 7 and result.message.reasoning
+    assert [c["name"] for c in tool_call_dicts(result.message.content)] == ["get_time"]
 
 
 # -- session files ---------------------------------------------------------------------------------------
