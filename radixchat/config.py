@@ -140,6 +140,12 @@ class Settings(BaseSettings):
         le=10,
         description="retries with backoff while a remote server is unreachable or busy (429, 5xx)",
     )
+    chat_template: str = Field(
+        "auto",
+        description="how messages are formatted for the model: auto (the model's own template, else a "
+        "built-in chosen by its tokenizer and architecture, with a notice), a built-in (chatml, gemma, "
+        "llama3, mistral, phi3, qwen) or a Jinja template file",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the model runs")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)"
@@ -260,6 +266,21 @@ class Settings(BaseSettings):
     def _backend_url(cls, value: str) -> str:
         value = value.strip()
         return value if value == "local" else normalize_base_url(value)
+
+    @field_validator("chat_template", mode="after")
+    @classmethod
+    def _chat_template(cls, value: str) -> str:
+        from radixchat.chat.templates import BUILTIN, builtin_names
+
+        value = value.strip()
+        if value == "auto" or value in BUILTIN:
+            return value
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError(
+                f"'{value}' is neither auto, a built-in ({builtin_names()}) nor an existing file"
+            )
+        return str(path)
 
     @field_validator("cache_dir", "sessions_dir", mode="after")
     @classmethod

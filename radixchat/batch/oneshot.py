@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from radixchat.batch.input import BatchLine, read_input
 from radixchat.batch.process import Stopper, open_backend
+from radixchat.batch.process import say as error
 from radixchat.batch.runner import Plan, plan_line, start_reply
 from radixchat.chat.attachments import compose_message, read_attachment
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult
@@ -49,10 +50,6 @@ class OneShotOptions:
     schema: Path | None = None  # constrain it to this JSON Schema (implies json)
     attach: tuple[Path, ...] = ()  # files put into the prompt, before its text (``-a``)
     session: Path | None = None  # continue this saved session and save the turn back (``-c``)
-
-
-def error(msg: str) -> None:
-    print(f"radixchat: {msg}", file=sys.stderr, flush=True)
 
 
 def read_prompt(text: str, stdin: IO[str] | None) -> str:
@@ -181,7 +178,7 @@ async def _run(settings: Settings, line: BatchLine, options: OneShotOptions) -> 
     backend: ChatBackend | None = None
     reply: Reply | None = None
     try:
-        backend = await open_backend(settings, status.show)
+        backend = await open_backend(settings, status.show, lambda text: (status.clear(), error(text)))
         if line.mode == "json":
             status.show("compiling the JSON constraint")
         try:

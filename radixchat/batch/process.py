@@ -91,11 +91,19 @@ async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -
     return ExitCode.FAILED if any(j.failed for j in jobs) else ExitCode.OK
 
 
-async def open_backend(settings: Settings, progress: LoadProgress = lambda _: None) -> ChatBackend:
+def say(msg: str) -> None:
+    print(f"radixchat: {msg}", file=sys.stderr, flush=True)
+
+
+async def open_backend(
+    settings: Settings, progress: LoadProgress = lambda _: None, notice: LoadProgress = say
+) -> ChatBackend:
     """The in-process engine (loaded and started), or the remote server named by ``backend`` (its model
-    checked); ``progress`` hears each step (from the loading thread). Failures raise ModelLoadError
-    (exit 3)."""
+    checked); ``progress`` hears each step (from the loading thread), ``notice`` each of the backend's
+    load-time notices (a chat template chosen for the model). Failures raise ModelLoadError (exit 3)."""
     backend = await asyncio.to_thread(load_backend, settings, progress)
+    for text in backend.notices:
+        notice(text)
     await backend.start()
     return backend
 

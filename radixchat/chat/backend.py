@@ -137,6 +137,9 @@ class ChatBackend(ABC):
     # unless the conversation sets its own.
     context_tokens: int | None = None
     context_overflow: ContextOverflow = "drop-oldest"
+    # One-line notices about choices made at load time for the user (a chat template chosen for a model
+    # that ships none); front ends show them once the backend is up.
+    notices: tuple[str, ...] = ()
 
     async def start(self) -> None:  # noqa: B027  (a default, not a stub: most backends have nothing to start)
         """Begin serving (the in-process engine starts its thread). Called once, on the event loop."""

@@ -199,14 +199,19 @@ class LocalBackend(ChatBackend):
     """Chat over the in-process engine."""
 
     def __init__(
-        self, engine: Engine, cache_dir: Path | None = None, context_overflow: ContextOverflow = "drop-oldest"
+        self,
+        engine: Engine,
+        cache_dir: Path | None = None,
+        context_overflow: ContextOverflow = "drop-oldest",
+        chat_template: str = "auto",
     ) -> None:
         self.engine = engine
         self.context_overflow = context_overflow
         self.model_name = engine.model_name
-        self.fmt = ChatFormat(engine.tokenizer)
-        self.context_tokens = engine.context_tokens
         loaded = engine.loaded
+        model_type = getattr(loaded.model.config, "model_type", None)
+        self.fmt = ChatFormat(engine.tokenizer, chat_template, model_type, loaded.eos_ids)
+        self.context_tokens = engine.context_tokens
         self.grammars = GrammarService(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids, cache_dir)
         self.replies = 0  # replies finished (the engine counts requests, warm-ups included)
 
@@ -217,7 +222,12 @@ class LocalBackend(ChatBackend):
             engine_from_settings(settings, progress),
             cache_dir=settings.cache_dir,
             context_overflow=settings.context_overflow,
+            chat_template=settings.chat_template,
         )
+
+    @property
+    def notices(self) -> tuple[str, ...]:
+        return (self.fmt.notice,) if self.fmt.notice else ()
 
     async def start(self) -> None:
         await self.engine.start()

