@@ -1,5 +1,6 @@
-"""The batch process: check the input and targets, load the backend, run every line, and end with the
-right exit code whatever happens (Ctrl-C and SIGTERM save what completed; a broken output stops the run).
+"""The batch process: check the input and targets, load the backend (starting the MCP servers meanwhile),
+run every line, and end with the right exit code whatever happens (Ctrl-C and SIGTERM save what
+completed; a broken output stops the run).
 """
 
 from __future__ import annotations
