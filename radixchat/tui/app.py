@@ -65,6 +65,8 @@ class RadixChatApp(App[int]):
     def on_chat_shown(self, event: ChatShown) -> None:
         # After the first frame: the loader's imports (openai, torch) would hold the GIL while it draws.
         self.call_after_refresh(self.load_backend)
+        if self.chat.core.mcp is not None:  # in the background too: no server holds the window up
+            self.run_worker(self.chat.core.mcp.start(self.mcp_notice), group="mcp", exit_on_error=False)
         if self.panel_interval:
             self.set_interval(self.panel_interval, self.chat.refresh_panels)
 
@@ -86,6 +88,9 @@ class RadixChatApp(App[int]):
                 self.notify(problem, title="Config", severity="warning", timeout=10)
         if self.chat.core.tools_problem:
             self.notify(self.chat.core.tools_problem, title="Config", severity="warning", timeout=10)
+
+    def mcp_notice(self, text: str) -> None:
+        self.notify(text, title="MCP", severity="warning", timeout=10)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(binding_groups(), self.keymap))
@@ -125,6 +130,8 @@ class RadixChatApp(App[int]):
         backend = self.chat.core.release()
         if backend is not None:
             await backend.aclose()
+        if self.chat.core.mcp is not None:  # stdio servers stop with the app
+            await self.chat.core.mcp.aclose()
 
     async def action_quit(self) -> None:
         await self.chat.stop_reply()  # keeps and saves the prompt and what came of the reply, as Esc would

@@ -4,7 +4,7 @@ and what the next reply is constrained to.
 ``ChatCore`` is the one owner of the backend: the app hands it over once loaded (``ChatScreen.backend_ready``)
 and takes it back to close it (``release``); the session keeper, the controllers (``TurnControl``,
 ``SessionControl``) and the screen ask the core for it. The core also holds the session state
-(``ChatState``), the tool registry, where loading stands, and why the current mode cannot be used
+(``ChatState``), the tool registry and the MCP servers that add to it, where loading stands, and why the current mode cannot be used
 (``mode_error``), which it finds by asking the backend for the next reply's constraint (``probe_mode``).
 Nothing here draws; the screen shows what the core holds.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from radixchat.chat.backend import ChatBackend, Constraint, grammar_for
+from radixchat.chat.mcp_client import McpTools
 from radixchat.chat.modes import ConstraintSpec, ModeError
 from radixchat.chat.session import SessionFile
 from radixchat.tui.backend import make_params
@@ -35,6 +36,12 @@ class ChatCore:
         self.state = ChatState(model=settings.model, system_prompt=settings.system_prompt)
         self.keeper = SessionKeeper(self.state, Path(settings.sessions_dir), lambda: self.backend)
         self.registry, self.tools_problem = build_registry(settings)
+        # The MCP servers' tools join the registry once the app has started them (after the first frame).
+        self.mcp = (
+            McpTools(settings.mcp_servers, self.registry, settings.cache_dir)
+            if settings.mcp_servers
+            else None
+        )
         self._backend: ChatBackend | None = None
         self.mode_error: ModeError | None = None  # why the mode cannot be used now
         self.load_status = "loading the model…"
@@ -48,7 +55,7 @@ class ChatCore:
             self.state.mode = preset.mode or self.state.mode
             if preset.tools is not None:
                 self.state.tool_names = list(preset.tools)
-                problem = unknown_tools_problem(self.registry, settings.preset or "", preset.tools)
+                problem = unknown_tools_problem(self.tool_known, settings.preset or "", preset.tools)
                 self.tools_problem = "; ".join(p for p in (self.tools_problem, problem) if p) or None
             self.state.tool_choice = preset.tool_choice or self.state.tool_choice
 
@@ -78,6 +85,10 @@ class ChatCore:
         return make_params(self.settings, self.state.sampling)
 
     # -- tools and modes ------------------------------------------------------------------------------------
+
+    def tool_known(self, name: str) -> bool:
+        """Whether a tool has ``name``, or may have once the MCP servers still starting have listed theirs."""
+        return name in self.registry.tools or (self.mcp is not None and self.mcp.pending(name))
 
     def offered_tools(self) -> list[Tool]:
         return offered(self.registry, self.state.tool_names)

@@ -172,13 +172,13 @@ class SessionControl:
 
     def check_tools(self) -> None:
         """After opening a session: drop the tools it names that the config file no longer declares."""
-        s, registry = self.core.state, self.core.registry
+        s = self.core.state
         names = s.tool_names
         if names is None:
             return
-        missing = [n for n in names if n not in registry.tools]
+        missing = [n for n in names if not self.core.tool_known(n)]
         if missing:
-            s.tool_names = [n for n in names if n in registry.tools] or None
+            s.tool_names = [n for n in names if self.core.tool_known(n)] or None
             self.host.notify(
                 f"This session offered {', '.join(missing)}, which the config file does not declare now.",
                 title="Tools",
@@ -245,7 +245,7 @@ class SessionControl:
             return
         if preset.tools is not None:
             s.tool_names = list(preset.tools)
-            if problem := unknown_tools_problem(self.core.registry, name, preset.tools):
+            if problem := unknown_tools_problem(self.core.tool_known, name, preset.tools):
                 host.notify(problem, title="Preset", severity="warning")
         if preset.tool_choice is not None:
             s.tool_choice = preset.tool_choice
