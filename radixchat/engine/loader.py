@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 import radixchat.engine.attention as attention  # registers the "radix" attention function
+from radixchat.engine.model_size import check_fits
 from radixchat.engine.weights import WeightsPlan, apply_weights, check_weights_format
 from radixchat.errors import ModelLoadError
 
@@ -178,6 +179,7 @@ def convert_gguf(path: Path, cache_dir: Path, name: str, progress: Progress | No
     target = cache_dir / "models" / f"{name}-{_gguf_key(path)}"
     if (target / CONVERTED_MARKER).is_file():
         return target
+    check_fits(path, path.name)  # converting holds the whole model as float32
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -320,6 +322,7 @@ def load_model(
     dt = pick_dtype(dtype, dev)
     check_weights_format(weights, dev)
     name, path = resolve_model(spec, cache_dir, progress)
+    check_fits(path, name)
     try:
         config = AutoConfig.from_pretrained(path)
     except Exception as exc:
