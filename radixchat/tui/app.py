@@ -21,7 +21,13 @@ from radixchat.tui.backend import BackendFactory, load_backend
 from radixchat.tui.chat_screen import ChatScreen
 from radixchat.tui.commands import ChatCommands
 from radixchat.tui.keymap import APP_BINDINGS, binding_groups, check_keymap
-from radixchat.tui.messages import ChatShown, EngineFailed, EngineProgress, EngineReady
+from radixchat.tui.messages import (
+    ChatShown,
+    EngineFailed,
+    EngineProgress,
+    EngineReady,
+    SwitchModelRequested,
+)
 from radixchat.tui.model_control import ModelControl
 from radixchat.tui.screens.help import HelpScreen
 
@@ -97,6 +103,9 @@ class RadixChatApp(App[int]):
 
     def action_pick_model(self) -> None:
         self.models.pick()
+
+    def on_switch_model_requested(self, event: SwitchModelRequested) -> None:
+        self.run_worker(self.models.switch(event.spec), group="model-switch", exit_on_error=False)
 
     # -- the backend --------------------------------------------------------------------------------------
 

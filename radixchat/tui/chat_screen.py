@@ -74,7 +74,7 @@ class ChatScreen(Screen[None]):
         # Not Ctrl+Y: the prompt (a TextArea) takes it for redo, so it did nothing there.
         Binding("ctrl+g", "copy_last", "Copy reply", id="copy.last", show=False),
         Binding("f8", "attach_file", "Attach file", id="attach.pick", show=False),
-        Binding("f7", "app.pick_model", "Model", id="model.pick", show=False),
+        Binding("f7", "app.pick_model", "Switch model", id="model.pick", show=False, priority=True),
     ]
 
     def __init__(self, settings: Settings, session: SessionFile | str | None = None) -> None:

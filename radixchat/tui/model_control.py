@@ -100,7 +100,9 @@ class ModelControl:
         """Switch to the model ``spec`` names (False: refused or failed; the old model stays)."""
         host, core = self.host, self.core
         if host.in_flight is not None:
-            host.notify("A reply is being generated — stop it (Esc) or let it end, then switch.", severity="warning")
+            host.notify(
+                "A reply is being generated — stop it (Esc) or let it end, then switch.", severity="warning"
+            )
             return False
         loop = asyncio.get_running_loop()
 

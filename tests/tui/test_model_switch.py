@@ -150,7 +150,10 @@ def test_a_session_saved_after_a_switch_records_the_new_model_and_loads_back(set
         path = save_session(core.state.to_session("switched"), tmp_path / "switched.json")
         session = load_session(path)
         assert session.model == "tiny-b"
-        assert [m.meta.get("model") for m in session.messages if m.role == "assistant"] == ["tiny-a", "tiny-b"]
+        assert [m.meta.get("model") for m in session.messages if m.role == "assistant"] == [
+            "tiny-a",
+            "tiny-b",
+        ]
         back = conversation_from_session(session, new.fmt, new.model_name)
         assert [m.content for m in back.messages] == [m.content for m in conv.messages]
         back.add_user("Next")

@@ -53,7 +53,9 @@ class ModelsScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="models"):
             yield Static(f"Switch model  ·  {self.where}", id="models-title", markup=False)
-            yield Input(placeholder="Filter, or type the path of a .gguf file or model folder", id="models-filter")
+            yield Input(
+                placeholder="Filter, or type the path of a .gguf file or model folder", id="models-filter"
+            )
             yield DataTable(cursor_type="row", zebra_stripes=True, id="models-table")
             yield Static("", id="models-detail", markup=False)
             yield Footer()
