@@ -12,6 +12,7 @@ Nothing here draws; the screen shows what the core holds.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from radixchat.chat.tools import Tool
     from radixchat.config import Settings
     from radixchat.sampling import SamplingParams
+
+
+log = logging.getLogger(__name__)
 
 
 class ModelSwitchError(RadixchatError):
@@ -120,7 +124,10 @@ class ChatCore:
             branch.conv = rerendered(branch.conv, new.fmt, branch.conv.system)
         self.settings, self._backend = settings, new
         self.state.model = new.model_name
-        await old.aclose()
+        try:
+            await old.aclose()
+        except Exception:  # the switch is done: an old backend that stops badly is only logged
+            log.warning("closing %s after a model switch failed", old.model_name, exc_info=True)
         del old
         await asyncio.to_thread(release_memory)
         return new

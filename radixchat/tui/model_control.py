@@ -71,8 +71,8 @@ class ModelControl:
         """The model picker; the model chosen there is switched to."""
         host, core = self.host, self.core
         backend = core.backend
-        if backend is None or core.switching is not None:
-            host.notify(f"A model is loading ({core.switching or core.load_status})", severity="warning")
+        if backend is None or core.switching is not None:  # the first load, or a switch, is under way
+            host.notify(f"Not now: {core.loading or core.load_status}", title="Model", severity="warning")
             return
         settings = core.settings
         if backend.base_url is not None:

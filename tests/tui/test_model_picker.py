@@ -155,6 +155,9 @@ async def test_a_message_sent_while_the_new_model_loads_goes_to_it(settings, fak
         app.run_worker(app.models.switch("other"))
         await wait_until(lambda: app.chat.core.loading == "loading other on cpu", pilot=pilot)
         assert str(app.query_one("StatusBar .activity").render()) == "loading other on cpu"
+        await pilot.press("f7")  # one switch at a time
+        await wait_until(lambda: "Not now: loading other on cpu" in notes(app), pilot=pilot)
+        assert not isinstance(app.screen, ModelsScreen)
         await say(app, pilot, "Who is there?", wait=False)
         assert app.chat.turns.queued == "Who is there?" and fake.script.replies == []
         gate.set()

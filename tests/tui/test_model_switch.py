@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from radixchat.chat.conversation import Conversation, Message
-from radixchat.chat.loading import load_backend
+from radixchat.chat.loading import load_backend, settled_heap
 from radixchat.chat.session import conversation_from_session, load_session, save_session
 from radixchat.config import Settings
 from radixchat.errors import ModelLoadError
@@ -92,6 +92,23 @@ def test_the_conversation_carries_over_and_replies_equal_a_fresh_backends(settin
         again = await new.reply(conv, core.params()).result()
         assert again.cached_tokens == before - 1  # ...and later turns hit the cache
         await core.release().aclose()
+
+    asyncio.run(run())
+
+
+def test_the_old_model_is_released_under_a_settled_heap(settings, models):
+    """The CLI freezes the heap after each load (``settled_heap``): the old model is frozen with it, and
+    the switch thaws it to collect it."""
+
+    async def run():
+        with settled_heap():
+            core = ChatCore(settings)
+            core.adopt(await started(settings))
+            core.state.reset(core.backend.new_conversation())
+            old_model = weakref.ref(core.backend.engine.loaded.model)
+            await core.switch_model(str(models[1]), load_backend)
+            assert old_model() is None
+            await core.release().aclose()
 
     asyncio.run(run())
 
