@@ -303,6 +303,11 @@ class Settings(BaseSettings):
 
     # -- files --------------------------------------------------------------------------------------
     sessions_dir: Path = Field(Path("sessions"), description="where sessions are saved")
+    models_dir: Path = Field(
+        Path("~/models"),
+        description="where the chat app's model picker (F7) looks for .gguf files and Hugging Face model "
+        "folders (two levels deep)",
+    )
 
     @field_validator("backend", mode="after")
     @classmethod
@@ -334,7 +339,7 @@ class Settings(BaseSettings):
             raise ValueError(f"two servers are named {twice!r}")
         return value
 
-    @field_validator("cache_dir", "sessions_dir", mode="after")
+    @field_validator("cache_dir", "sessions_dir", "models_dir", mode="after")
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()

@@ -274,7 +274,7 @@ def test_the_first_frame_loads_no_modal_screen():
     screen draws: the dialogs and screens that open on a key load when they open."""
     modal = [
         f"radixchat.tui.screens.{m}"
-        for m in ("attach", "branches", "dialogs", "schema", "sessions", "settings", "tools")
+        for m in ("attach", "branches", "dialogs", "models", "schema", "sessions", "settings", "tools")
     ]
     code = f"import sys, radixchat.cli, radixchat.tui.app; print(sorted(m for m in {modal!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -306,6 +306,7 @@ TUI_CONTROLLERS = (
     "radixchat.tui.lenient",
     "radixchat.tui.host",
     "radixchat.tui.attach_control",
+    "radixchat.tui.model_control",
 )
 
 

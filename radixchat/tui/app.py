@@ -12,6 +12,7 @@ from textual import work
 from textual.app import App
 
 from radixchat.chat.backend import ChatBackend
+from radixchat.chat.model_catalog import remember
 from radixchat.chat.session import SessionFile, load_session, session_path
 from radixchat.config import Settings
 from radixchat.errors import RadixchatError
@@ -20,7 +21,14 @@ from radixchat.tui.backend import BackendFactory, load_backend
 from radixchat.tui.chat_screen import ChatScreen
 from radixchat.tui.commands import ChatCommands
 from radixchat.tui.keymap import APP_BINDINGS, binding_groups, check_keymap
-from radixchat.tui.messages import ChatShown, EngineFailed, EngineProgress, EngineReady
+from radixchat.tui.messages import (
+    ChatShown,
+    EngineFailed,
+    EngineProgress,
+    EngineReady,
+    SwitchModelRequested,
+)
+from radixchat.tui.model_control import ModelControl
 from radixchat.tui.screens.help import HelpScreen
 
 
@@ -48,6 +56,9 @@ class RadixChatApp(App[int]):
         self.keymap: dict[str, str] = {}
         self.panel_interval = panel_interval
         self.chat = ChatScreen(settings, session)
+        chat = self.chat
+        # Switching the model is loading a backend too: the app's, with the same factory.
+        self.models = ModelControl(chat.core, chat, chat.sessions, chat.turns, self.backend_factory)
         self.return_code_on_quit = 0
 
     @property
@@ -95,6 +106,12 @@ class RadixChatApp(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(binding_groups(), self.keymap))
 
+    def action_pick_model(self) -> None:
+        self.models.pick()
+
+    def on_switch_model_requested(self, event: SwitchModelRequested) -> None:
+        self.run_worker(self.models.switch(event.spec), group="model-switch", exit_on_error=False)
+
     # -- the backend --------------------------------------------------------------------------------------
 
     @work(thread=True, exit_on_error=False, group="load")
@@ -109,6 +126,8 @@ class RadixChatApp(App[int]):
         except Exception as exc:  # a bug: say so in the window rather than die silently
             self.post_message(EngineFailed(f"{type(exc).__name__}: {exc}"))
             return
+        if backend.base_url is None:  # a model file or folder goes into the picker's recent list
+            remember(self.settings.cache_dir, self.settings.model, backend.model_name)
         self.post_message(EngineReady(backend))
 
     def on_engine_progress(self, event: EngineProgress) -> None:

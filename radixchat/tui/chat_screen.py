@@ -74,6 +74,7 @@ class ChatScreen(Screen[None]):
         # Not Ctrl+Y: the prompt (a TextArea) takes it for redo, so it did nothing there.
         Binding("ctrl+g", "copy_last", "Copy reply", id="copy.last", show=False),
         Binding("f8", "attach_file", "Attach file", id="attach.pick", show=False),
+        Binding("f7", "app.pick_model", "Switch model", id="model.pick", show=False, priority=True),
     ]
 
     def __init__(self, settings: Settings, session: SessionFile | str | None = None) -> None:
@@ -157,8 +158,8 @@ class ChatScreen(Screen[None]):
             return
         s = self.state
         if activity is None:
-            if self.backend is None:
-                activity = self.load_status
+            if self.core.loading is not None:
+                activity = self.core.loading
             elif self.in_flight is not None:
                 activity = "generating… (Esc stops)"
             elif s.editing is not None:

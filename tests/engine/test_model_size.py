@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 
+from radixchat.bundled import SMOLLM2
 from radixchat.engine import decode_graph as G
-from radixchat.engine.loader import bundled_gguf, resolve_model
+from radixchat.engine.loader import resolve_model
 from radixchat.engine.model_size import available_memory, parameter_count
 from radixchat.errors import ModelLoadError
 from tests.conftest import build_pair, tiny_config
@@ -43,11 +44,11 @@ def huge_gguf(tmp_path_factory) -> Path:
     return path
 
 
-def test_parameters_are_counted_from_headers_alone(smol, smol_dir):
+def test_parameters_are_counted_from_headers_alone(smol, smol_dir, tmp_path):
     _, ref = smol
     expected = sum(p.numel() for p in ref.parameters())  # tied embeddings once, as the files hold them
     assert parameter_count(smol_dir) == expected
-    assert parameter_count(bundled_gguf()) == expected
+    assert parameter_count(SMOLLM2.gguf(tmp_path)) == expected
     assert parameter_count(smol_dir / "config.json") is None  # not a model file: nothing to say
 
 
