@@ -129,6 +129,8 @@ class ModelControl:
         host.update_status()
         host.refresh_panels()
         host.notify(f"Switched to {new.model_name}", title="Model", timeout=3)
+        for text in new.notices:  # a chat template chosen for a model that ships none
+            host.notify(text, title="Chat template", timeout=12)
         await self.sessions.autosave()  # the file records the model the conversation now runs on
         await self.turns.send_queued()
         return True
