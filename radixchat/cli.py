@@ -2,8 +2,9 @@
 
 Every ``Settings`` field is a flag (``--kv-pool-tokens``, ``--no-radix-cache``, ...), generated from the
 fields so ``--help`` cannot drift from the code. ``--backend URL`` runs everything on an OpenAI-compatible
-server; ``--list-models`` shows what it serves; ``-c`` continues the session saved last (in the app, or
-with ``-p``). Exit codes: 0 ok, 1 some conversation failed (batch) or the reply failed (``-p``), 2 usage
+server; ``--list-models`` shows what it serves; ``--list-tools`` shows every tool tool mode can offer;
+``-c`` continues the session saved last (in the app, or with ``-p``). Exit codes: 0 ok, 1 some
+conversation failed (batch), the reply failed (``-p``) or an MCP server failed (``--list-tools``), 2 usage
 or configuration error, 3 the model failed to load or the remote server cannot be used, 130 interrupted.
 """
 
@@ -69,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             'Without --batch or -p, radixchat opens the chat app. One prompt: radixchat -p "question"; '
             'cat notes.md | radixchat -p "Summarise this". Exit codes: 0 ok, 1 a reply or conversation '
-            "failed, 2 usage, 3 the model or server cannot be used, 130 Ctrl-C. Docs: README.md."
+            "(or an MCP server, --list-tools) failed, 2 usage, 3 the model or server cannot be used, 130 Ctrl-C. "
+            "Docs: README.md."
         ),
     )
     parser.add_argument("--version", action="version", version=f"radixchat {__version__}")
@@ -122,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-tools",
         metavar="NAME,...",
         help="user tools (from the config file) that may run without asking",
+    )
+    tools = parser.add_argument_group("tools")
+    tools.add_argument(
+        "--list-tools",
+        action="store_true",
+        help="print every tool tool mode can offer (built-in, [[tools]], [[mcp_servers]]) and exit; "
+        "the MCP servers are started to list theirs (exit 1 if one fails)",
     )
     remote = parser.add_argument_group("remote backend (with --backend URL)")
     remote.add_argument(
@@ -210,6 +219,8 @@ def check_local_engine_settings(settings: Settings) -> None:
 
 def flag_conflict(ns: argparse.Namespace) -> str | None:
     """Flags given together that cannot be (one line), or None."""
+    if ns.list_tools and (ns.prompt is not None or ns.batch is not None or ns.list_models):
+        return "--list-tools lists the tools and exits; it cannot be used with -p, --batch or --list-models"
     if ns.prompt is not None and ns.batch is not None:
         return "-p and --batch cannot be used together (a batch line holds its own prompts)"
     if ns.batch is None and (ns.output or ns.ordered or ns.save_sessions or ns.allow_tools):
@@ -255,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem := flag_conflict(ns):
         error(problem)
         return ExitCode.USAGE
-    configure_logging(settings, interactive=ns.batch is None and ns.prompt is None and not ns.list_models)
+    headless = ns.batch is not None or ns.prompt is not None or ns.list_models or ns.list_tools
+    configure_logging(settings, interactive=not headless)
     try:
         check_local_engine_settings(settings)
     except ConfigError as exc:
@@ -266,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.list_models:
             return list_models(settings)
+        if ns.list_tools:
+            from radixchat.batch.list_tools import list_tools
+
+            return list_tools(settings)
         if ns.batch is not None:
             from radixchat.batch import BatchOptions, run_batch
 

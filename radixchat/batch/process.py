@@ -1,5 +1,6 @@
-"""The batch process: check the input and targets, load the backend, run every line, and end with the
-right exit code whatever happens (Ctrl-C and SIGTERM save what completed; a broken output stops the run).
+"""The batch process: check the input and targets, load the backend (starting the MCP servers meanwhile),
+run every line, and end with the right exit code whatever happens (Ctrl-C and SIGTERM save what
+completed; a broken output stops the run).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from radixchat.batch.runner import BatchRunner
 from radixchat.chat.backend import ChatBackend
 from radixchat.chat.loading import Progress as LoadProgress
 from radixchat.chat.loading import load_backend
+from radixchat.chat.mcp_client import McpTools
 from radixchat.chat.tools import ToolRegistry
 from radixchat.config import Settings
 from radixchat.errors import RadixchatError
@@ -31,10 +33,18 @@ def run_batch(settings: Settings, options: BatchOptions) -> int:
         registry = ToolRegistry.from_config(settings.tools)
         for problem in registry.problems:
             print(f"radixchat: {problem} (the tool is left out)", file=sys.stderr)
+        # MCP tools are listed only once their servers run: their names are checked by server here.
+        servers = tuple(f"{s.name}_" for s in settings.mcp_servers)
         allow = options.allow_tools
-        unknown = sorted(n for n in allow if n not in registry.tools or registry.tools[n].builtin)
+        unknown = sorted(
+            n
+            for n in allow
+            if (n not in registry.tools or registry.tools[n].builtin) and not n.startswith(servers)
+        )
         if unknown:
-            raise RadixchatError(f"--allow-tools: {unknown[0]!r} is not a user tool from the config file")
+            raise RadixchatError(
+                f"--allow-tools: {unknown[0]!r} is not a user tool from the config file or an MCP server's"
+            )
     except RadixchatError as exc:
         print(f"radixchat: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -49,20 +59,28 @@ def run_batch(settings: Settings, options: BatchOptions) -> int:
         return ExitCode.USAGE
     if options.save_sessions is not None:
         check_session_names(jobs, options.save_sessions)
-    return asyncio.run(_run_all(settings, jobs, options))
+    return asyncio.run(_run_all(settings, jobs, options, registry))
 
 
-async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -> int:
+async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions, registry: ToolRegistry) -> int:
     started = time.perf_counter()
     stopper = Stopper()
     stopper.catch_signals()
     backend = out = None
+    mcp = McpTools(settings.mcp_servers, registry, settings.cache_dir)
     try:
+        # The MCP servers start while the model loads; a server that fails is a line on stderr.
+        mcp_started = asyncio.create_task(
+            mcp.start(lambda text: print(f"radixchat: {text}", file=sys.stderr))
+        )
         backend = await open_backend(settings)
+        await mcp_started
         out = open_output(options.output)  # only now: a model that fails to load leaves the file as it was
         writer = Writer(out, jobs, options.ordered, on_error=lambda: stopper.stop(0))
         progress = Progress(sum(len(j.spec.turns) for j in jobs if j.spec))
-        runner = BatchRunner(backend, settings, writer, progress, options.save_sessions, options.allow_tools)
+        runner = BatchRunner(
+            backend, settings, writer, progress, options.save_sessions, registry, options.allow_tools
+        )
         try:
             await asyncio.gather(*(runner.run_job(j) for j in jobs))
         finally:
@@ -72,6 +90,7 @@ async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -
             raise
     finally:
         stopper.release_signals()
+        await mcp.aclose()
         if backend is not None:
             await backend.aclose()
         if out is not None:
@@ -91,11 +110,19 @@ async def _run_all(settings: Settings, jobs: list[Job], options: BatchOptions) -
     return ExitCode.FAILED if any(j.failed for j in jobs) else ExitCode.OK
 
 
-async def open_backend(settings: Settings, progress: LoadProgress = lambda _: None) -> ChatBackend:
+def say(msg: str) -> None:
+    print(f"radixchat: {msg}", file=sys.stderr, flush=True)
+
+
+async def open_backend(
+    settings: Settings, progress: LoadProgress = lambda _: None, notice: LoadProgress = say
+) -> ChatBackend:
     """The in-process engine (loaded and started), or the remote server named by ``backend`` (its model
-    checked); ``progress`` hears each step (from the loading thread). Failures raise ModelLoadError
-    (exit 3)."""
+    checked); ``progress`` hears each step (from the loading thread), ``notice`` each of the backend's
+    load-time notices (a chat template chosen for the model). Failures raise ModelLoadError (exit 3)."""
     backend = await asyncio.to_thread(load_backend, settings, progress)
+    for text in backend.notices:
+        notice(text)
     await backend.start()
     return backend
 

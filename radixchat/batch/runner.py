@@ -51,6 +51,7 @@ class BatchRunner:
         writer: Writer,
         progress: Progress,
         save_dir: Path | None,
+        registry: ToolRegistry,
         allow_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.backend = backend
@@ -58,7 +59,8 @@ class BatchRunner:
         self.writer = writer
         self.progress = progress
         self.save_dir = save_dir
-        self.registry = ToolRegistry.from_config(settings.tools)
+        self.registry = registry  # the config file's tools and its MCP servers'
+
         self.consent = allow_listed(set(allow_tools))
         self.turns = 0
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from radixchat.chat.conversation import ChatFormat, ContextOverflow, Conversation, Message
 from radixchat.chat.modes import MODES, ConstraintSpec, ModeError
-from radixchat.chat.usage import UsageTotals, decorate_footer, usage_footer
+from radixchat.chat.usage import UsageTotals, decorate_footer, usage_footer, with_model
 from radixchat.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -97,8 +97,9 @@ class TurnResult:
     def status_footer(self) -> str:
         """The usage line with how the reply ended (stopped, cut by max tokens, cut off, an error), as the
         app shows under a reply."""
-        partial = bool(self.message.meta.get("partial"))
-        return decorate_footer(self.footer(), self.finish_reason, self.error, partial)
+        meta = self.message.meta
+        footer = decorate_footer(self.footer(), self.finish_reason, self.error, bool(meta.get("partial")))
+        return with_model(footer, meta.get("model"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,9 @@ class ChatBackend(ABC):
     # unless the conversation sets its own.
     context_tokens: int | None = None
     context_overflow: ContextOverflow = "drop-oldest"
+    # One-line notices about choices made at load time for the user (a chat template chosen for a model
+    # that ships none); front ends show them once the backend is up.
+    notices: tuple[str, ...] = ()
 
     async def start(self) -> None:  # noqa: B027  (a default, not a stub: most backends have nothing to start)
         """Begin serving (the in-process engine starts its thread). Called once, on the event loop."""
@@ -231,6 +235,12 @@ class ChatBackend(ABC):
     def rename_kv(self, old: str, new: str) -> bool:
         """Move ``old``'s stored KV to ``new`` (a renamed session). Returns whether there was any."""
         return False
+
+    async def list_models(self) -> list[str]:
+        """The models a server serves (the chat app's model picker offers them; switching to one asks the
+        same server for it). Empty for the in-process engine: its models are files (``model_catalog``).
+        Raises BackendUnavailableError."""
+        return []
 
     @abstractmethod
     def totals(self) -> UsageTotals:

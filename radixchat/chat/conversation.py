@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from radixchat.chat.templates import choose_template
 from radixchat.chat.thinking import template_thinks
 from radixchat.errors import RadixchatError
 from radixchat.tool_format import strip_tool_calls
@@ -28,12 +30,6 @@ from radixchat.tool_format import strip_tool_calls
 Role = Literal["system", "user", "assistant", "tool"]
 ContextOverflow = Literal["drop-oldest", "error"]
 CONTEXT_OVERFLOW: tuple[str, ...] = ("drop-oldest", "error")
-
-# Used only for tokenizers that ship no chat template (base models).
-CHATML_FALLBACK = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
-    "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 
 # For templates that know nothing of tools (SmolLM2's): the declarations go into the system message.
@@ -90,11 +86,31 @@ class Message:
 
 
 class ChatFormat:
-    """Renders messages with one tokenizer's chat template and checks delta rendering at start-up."""
+    """Renders messages with one tokenizer's chat template and checks delta rendering at start-up.
 
-    def __init__(self, tokenizer: Any) -> None:
+    ``template`` is "auto" (the model's own, else a built-in chosen for it: ``templates.choose_template``),
+    a built-in's name or a Jinja file. ``stop_ids`` are the ids that end a reply (the engine's EOS set;
+    default: the tokenizer's EOS). Where the tokenizer puts BOS before text of its own accord
+    (``add_bos_token``, as Gemma's and Llama's do) and the template does not write it, BOS opens every
+    rendering, as llama.cpp does."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        template: str = "auto",
+        model_type: str | None = None,
+        stop_ids: Iterable[int] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
-        self.template = getattr(tokenizer, "chat_template", None) or CHATML_FALLBACK
+        choice = choose_template(tokenizer, model_type, template)
+        self.template, self.template_name, self.notice = choice.text, choice.name, choice.notice
+        if stop_ids is None:  # the tokenizer's EOS, when it is one token
+            eos = getattr(tokenizer, "eos_token", None)
+            stop_ids = self.encode(eos) if isinstance(eos, str) and eos else []
+            stop_ids = stop_ids if len(stop_ids) == 1 else []
+        self.stop_ids = frozenset(stop_ids)
+        self.bos = ""  # what _bos_prefix's probe rendering starts from
+        self.bos = self._bos_prefix()
         self.native_tools = self._supports_tools()
         self.thinks = template_thinks(self.template, tokenizer)  # replies may think (``chat.thinking``)
         self.delta_ok, self.delta_problem = self._probe()
@@ -116,7 +132,7 @@ class ChatFormat:
 
     def _apply(self, dicts: list[dict], add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
         try:
-            return self.tokenizer.apply_chat_template(
+            text = self.tokenizer.apply_chat_template(
                 dicts,
                 tools=tools,
                 add_generation_prompt=add_generation_prompt,
@@ -125,6 +141,29 @@ class ChatFormat:
             )
         except Exception as exc:
             raise ChatTemplateError(f"the chat template cannot render this conversation: {exc}") from None
+        return self.bos + text
+
+    def _bos_prefix(self) -> str:
+        """BOS's text when the tokenizer adds BOS to text by itself and the template does not write it."""
+        bos, bos_id = (
+            getattr(self.tokenizer, "bos_token", None),
+            getattr(self.tokenizer, "bos_token_id", None),
+        )
+        if not isinstance(bos, str) or not bos or not isinstance(bos_id, int):
+            return ""
+        adds = getattr(self.tokenizer, "add_bos_token", None)
+        if adds is None or adds is False:
+            try:  # the tokenizer's post-processor may add it (tokenizers' TemplateProcessing)
+                adds = list(self.tokenizer("a").input_ids[:1]) == [bos_id]
+            except Exception:
+                adds = False
+        if not adds:
+            return ""
+        try:
+            probe = self._apply([{"role": "user", "content": "hi"}], True)
+        except ChatTemplateError:
+            return ""
+        return "" if probe.startswith(bos) else bos
 
     def _supports_tools(self) -> bool:
         """Whether the template renders a ``tools=`` argument at all (SmolLM2's ignores it)."""
@@ -154,9 +193,9 @@ class ChatFormat:
             ids = self.encode(reply)
             full = self.render(conv.messages + [Message("assistant", reply)], add_generation_prompt=False)
             end = full[len(conv.text) + len(reply) :]
-            eos = getattr(self.tokenizer, "eos_token", None)
-            if eos and end.startswith(eos):
-                ids += self.encode(eos)  # the model ends its turn with this token
+            head = self.encode(end)[:1]
+            if head and head[0] in self.stop_ids:
+                ids += head  # the model ends its turn with this token
             conv.add_assistant(reply, ids)
             probe = conv.add_user("And the weather?")
             expect = self.encode(self.render(conv.messages, add_generation_prompt=True))

@@ -55,3 +55,14 @@ def load_backend(settings: Settings, progress: Progress = lambda _: None) -> Cha
 
         gc.freeze()
     return backend
+
+
+def release_memory() -> None:
+    """Collect what a closed backend held once its last reference is gone (a model switch: the old
+    model's weights and KV pool). Under ``settled_heap`` the heap was frozen after each load, the old
+    model with it: it is thawed for this collection and frozen again after it."""
+    if _settle_heap:
+        gc.unfreeze()
+    gc.collect()
+    if _settle_heap:
+        gc.freeze()

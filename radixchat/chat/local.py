@@ -192,6 +192,7 @@ class LocalReply:
             usage=usage,
             ttft_ms=ttft_ms,
             decode_tokens_per_s=ev.decode_tokens_per_s,
+            model=self._backend.model_name,
         )
         u = ev.usage
         self._result = TurnResult(
@@ -228,14 +229,16 @@ class LocalBackend(ChatBackend):
         cache_dir: Path | None = None,
         context_overflow: ContextOverflow = "drop-oldest",
         max_thinking_tokens: int = 1024,
+        chat_template: str = "auto",
     ) -> None:
         self.engine = engine
         self.context_overflow = context_overflow
         self.max_thinking_tokens = max_thinking_tokens
         self.model_name = engine.model_name
-        self.fmt = ChatFormat(engine.tokenizer)
-        self.context_tokens = engine.context_tokens
         loaded = engine.loaded
+        model_type = getattr(loaded.model.config, "model_type", None)
+        self.fmt = ChatFormat(engine.tokenizer, chat_template, model_type, loaded.eos_ids)
+        self.context_tokens = engine.context_tokens
         self.grammars = GrammarService(loaded.tokenizer, loaded.vocab_size, loaded.eos_ids, cache_dir)
         self.replies = 0  # replies finished (the engine counts requests, warm-ups included)
 
@@ -247,7 +250,12 @@ class LocalBackend(ChatBackend):
             cache_dir=settings.cache_dir,
             context_overflow=settings.context_overflow,
             max_thinking_tokens=settings.max_thinking_tokens,
+            chat_template=settings.chat_template,
         )
+
+    @property
+    def notices(self) -> tuple[str, ...]:
+        return (self.fmt.notice,) if self.fmt.notice else ()
 
     async def start(self) -> None:
         await self.engine.start()

@@ -243,6 +243,7 @@ class RemoteReply:
             usage={k: v for k, v in reported.items() if v is not None},
             ttft_ms=ttft_ms,
             decode_tokens_per_s=tps,
+            model=self._request.get("model"),
         )
         msg = self._conv.messages[-1]
         if self._calls:

@@ -49,6 +49,7 @@ class Tool:
     parameters: dict[str, Any]
     run: Runner
     builtin: bool = True  # built-ins are safe by construction and need no consent
+    source: str = "built-in"  # or "config" ([[tools]]) or "mcp:SERVER" ([[mcp_servers]])
 
     def schema(self) -> dict[str, Any]:
         """The declaration the grammar takes (everything it enforces)."""
@@ -253,7 +254,7 @@ def user_tool(cfg: UserToolConfig) -> Tool:
     async def run(args: dict[str, Any], ctx: ToolContext) -> str:
         return await run_command(cfg, args)
 
-    return Tool(cfg.name, cfg.description, cfg.parameters, run, builtin=False)
+    return Tool(cfg.name, cfg.description, cfg.parameters, run, builtin=False, source="config")
 
 
 async def run_command(cfg: UserToolConfig, args: dict[str, Any]) -> str:
@@ -398,6 +399,21 @@ class ToolRegistry:
                 continue
             reg.tools[cfg.name] = user_tool(cfg)
         return reg
+
+    def add(self, tools: list[Tool]) -> list[str]:
+        """Add tools that arrive after start-up (an MCP server's); one whose name is taken is left out,
+        and the returned lines say so."""
+        problems = []
+        for tool in tools:
+            if tool.name in self.tools:
+                problems.append(f"tool {tool.name!r} clashes with a {self.tools[tool.name].source} tool")
+            else:
+                self.tools[tool.name] = tool
+        return problems
+
+    def remove(self, source: str) -> None:
+        """Take out every tool of ``source`` (an MCP server that stopped)."""
+        self.tools = {n: t for n, t in self.tools.items() if t.source != source}
 
     def select(self, names: list[str] | None) -> list[Tool]:
         """The tools named (all built-ins when ``names`` is None). Raises RadixchatError for unknown names."""

@@ -63,7 +63,15 @@ def footer_from_meta(meta: dict[str, Any], finish_reason: str | None) -> str:
         usage.get("reasoning_tokens"),
         usage.get("completion_tokens"),
     )
-    return decorate_footer(footer, finish_reason, meta.get("error"), bool(meta.get("partial")))
+    footer = decorate_footer(footer, finish_reason, meta.get("error"), bool(meta.get("partial")))
+    return with_model(footer, meta.get("model"))
+
+
+def with_model(footer: str, model: str | None) -> str:
+    """``footer`` ending with the model that wrote the reply (``meta["model"]``), where it is known."""
+    if not model:
+        return footer
+    return f"{footer} · {model}" if footer else model
 
 
 @dataclass(frozen=True, slots=True)

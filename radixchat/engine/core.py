@@ -327,7 +327,7 @@ class EngineCore:
 
     @property
     def decode_compiled(self) -> str:
-        """The compiled decode step: "off", "compiling", "ready" or "failed: <why>"."""
+        """The compiled decode step: "off", "off: <why>", "compiling", "ready" or "failed: <why>"."""
         graphs = self.runner.decode_graphs
         return graphs.state if graphs is not None else self.decode_state
 

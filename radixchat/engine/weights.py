@@ -292,15 +292,45 @@ def _sample(items: list[FormatLinear], min_bytes: int) -> list[FormatLinear]:
     return out
 
 
-PROBE_ROUNDS = 4
+PROBE_ROUNDS = 6
+PROBE_PART_BYTES = 4 << 20  # the head is timed in parts of about this many float32 bytes
 
 
-def _once(layers: list[FormatLinear], kernel: str, xs: dict[int, torch.Tensor]) -> float:
-    mm = _MM[kernel]
-    t0 = time.perf_counter()
-    for lin in layers:
-        mm(lin, xs[lin.in_features])
-    return time.perf_counter() - t0
+class _Rows(nn.Module):
+    """Some output rows of a linear, sharing its weight: the probe times the head in such parts, each a
+    product as short as a layer's (see ``run_probe``)."""
+
+    def __init__(self, linear: nn.Module, lo: int, hi: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, hi - lo
+        self.weight = nn.Parameter(linear.weight.detach()[lo:hi], requires_grad=False)
+        self.bias = None if linear.bias is None else linear.bias.detach()[lo:hi]
+
+
+def _parts(linear: nn.Module) -> list[nn.Module]:
+    step = max(8, PROBE_PART_BYTES // (linear.in_features * 4) // 8 * 8)
+    return [
+        _Rows(linear, lo, min(lo + step, linear.out_features)) for lo in range(0, linear.out_features, step)
+    ]
+
+
+def _probe_round(
+    layers: list[nn.Module], kernels: list[str], xs: dict[int, torch.Tensor], best: dict[str, list[float]]
+) -> None:
+    """Time every layer's product with every kernel, layer after layer (the kernels of one layer in turn,
+    starting each layer with the next kernel), keeping each (kernel, layer)'s best time in ``best``. Between
+    two products of one kernel on one layer, the whole sample's weights stream by, so each reads its
+    weights from memory as in a step."""
+    clock = time.perf_counter
+    for i, lin in enumerate(layers):
+        x = xs[lin.in_features]
+        for j in range(len(kernels)):
+            kernel = kernels[(i + j) % len(kernels)]
+            t0 = clock()
+            _MM[kernel](lin, x)
+            t = clock() - t0
+            if t < best[kernel][i]:
+                best[kernel][i] = t
 
 
 def run_probe(
@@ -308,8 +338,12 @@ def run_probe(
 ) -> dict:
     """Time every kernel on the model's own weights for every bucket; returns {group: {bucket: {kernel: s}}}.
 
-    The kernels take turns, round after round, and each keeps its best time: a burst of other work on the
-    machine then slows every kernel alike instead of deciding the plan against the one it happened to hit."""
+    Every (kernel, layer) product is timed once per round, the kernels taking turns layer by layer, and
+    keeps its best time across the rounds; a kernel's time is the sum of its layers' (the head is timed in
+    parts of a few MB, ``_parts``). One product takes well under a scheduler time slice, so on a busy
+    machine (another process on every core) most rounds run it undisturbed, and the minimum finds that:
+    the choice is the quiet machine's. Whole-sweep totals measured the other work instead, and a probe
+    under a CPU hog once chose float32 and decoded at a tenth of the speed."""
     groups = _groups(model)
     kernels = [k for k in kernels if not kernel_unavailable(k, torch.device("cpu"))]
     if progress:
@@ -318,6 +352,8 @@ def run_probe(
     with torch.inference_mode():
         for group, items in groups.items():
             layers = _sample([lin for _, _, lin in items], 96 << 20)
+            if group == "head":
+                layers = [part for lin in layers for part in _parts(lin)]
             usable = [
                 k
                 for k in kernels
@@ -331,12 +367,11 @@ def run_probe(
                 # Large row counts are compute-bound: a few layers tell as much as all of them.
                 sample = layers if rows <= 64 else layers[: max(1, len(layers) // 8)]
                 xs = {k: torch.randn(rows, k) for k in {lin.in_features for lin in sample}}
-                best = {k: _once(sample, k, xs) for k in usable}  # also the warm-up
-                for _ in range(PROBE_ROUNDS):
-                    for k in usable:
-                        best[k] = min(best[k], _once(sample, k, xs))
+                best = {k: [float("inf")] * len(sample) for k in usable}
+                for _ in range(1 + PROBE_ROUNDS):  # the first round is also the warm-up
+                    _probe_round(sample, usable, xs, best)
                 scale = len(layers) / len(sample)
-                result.setdefault(group, {})[str(rows)] = {k: t * scale for k, t in best.items()}
+                result.setdefault(group, {})[str(rows)] = {k: sum(t) * scale for k, t in best.items()}
             for lin in layers:
                 _unpack(lin, ())
     return result

@@ -12,6 +12,7 @@ from textual import work
 from textual.app import App
 
 from radixchat.chat.backend import ChatBackend
+from radixchat.chat.model_catalog import remember
 from radixchat.chat.session import SessionFile, load_session, session_path
 from radixchat.config import Settings
 from radixchat.errors import RadixchatError
@@ -20,7 +21,14 @@ from radixchat.tui.backend import BackendFactory, load_backend
 from radixchat.tui.chat_screen import ChatScreen
 from radixchat.tui.commands import ChatCommands
 from radixchat.tui.keymap import APP_BINDINGS, binding_groups, check_keymap
-from radixchat.tui.messages import ChatShown, EngineFailed, EngineProgress, EngineReady
+from radixchat.tui.messages import (
+    ChatShown,
+    EngineFailed,
+    EngineProgress,
+    EngineReady,
+    SwitchModelRequested,
+)
+from radixchat.tui.model_control import ModelControl
 from radixchat.tui.screens.help import HelpScreen
 from radixchat.tui.widgets.thinking import toggle_thinking
 
@@ -49,6 +57,9 @@ class RadixChatApp(App[int]):
         self.keymap: dict[str, str] = {}
         self.panel_interval = panel_interval
         self.chat = ChatScreen(settings, session)
+        chat = self.chat
+        # Switching the model is loading a backend too: the app's, with the same factory.
+        self.models = ModelControl(chat.core, chat, chat.sessions, chat.turns, self.backend_factory)
         self.return_code_on_quit = 0
 
     @property
@@ -66,6 +77,8 @@ class RadixChatApp(App[int]):
     def on_chat_shown(self, event: ChatShown) -> None:
         # After the first frame: the loader's imports (openai, torch) would hold the GIL while it draws.
         self.call_after_refresh(self.load_backend)
+        if self.chat.core.mcp is not None:  # in the background too: no server holds the window up
+            self.run_worker(self.chat.core.mcp.start(self.mcp_notice), group="mcp", exit_on_error=False)
         if self.panel_interval:
             self.set_interval(self.panel_interval, self.chat.refresh_panels)
 
@@ -88,6 +101,9 @@ class RadixChatApp(App[int]):
         if self.chat.core.tools_problem:
             self.notify(self.chat.core.tools_problem, title="Config", severity="warning", timeout=10)
 
+    def mcp_notice(self, text: str) -> None:
+        self.notify(text, title="MCP", severity="warning", timeout=10)
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(binding_groups(), self.keymap))
 
@@ -95,6 +111,12 @@ class RadixChatApp(App[int]):
         """F6: show or hide every reply's thinking (folded by default)."""
         shown = toggle_thinking(self)
         self.notify("Thinking shown" if shown else "Thinking hidden", timeout=1.5)
+
+    def action_pick_model(self) -> None:
+        self.models.pick()
+
+    def on_switch_model_requested(self, event: SwitchModelRequested) -> None:
+        self.run_worker(self.models.switch(event.spec), group="model-switch", exit_on_error=False)
 
     # -- the backend --------------------------------------------------------------------------------------
 
@@ -110,6 +132,8 @@ class RadixChatApp(App[int]):
         except Exception as exc:  # a bug: say so in the window rather than die silently
             self.post_message(EngineFailed(f"{type(exc).__name__}: {exc}"))
             return
+        if backend.base_url is None:  # a model file or folder goes into the picker's recent list
+            remember(self.settings.cache_dir, self.settings.model, backend.model_name)
         self.post_message(EngineReady(backend))
 
     def on_engine_progress(self, event: EngineProgress) -> None:
@@ -131,6 +155,8 @@ class RadixChatApp(App[int]):
         backend = self.chat.core.release()
         if backend is not None:
             await backend.aclose()
+        if self.chat.core.mcp is not None:  # stdio servers stop with the app
+            await self.chat.core.mcp.aclose()
 
     async def action_quit(self) -> None:
         await self.chat.stop_reply()  # keeps and saves the prompt and what came of the reply, as Esc would

@@ -4,7 +4,7 @@ and what the next reply is constrained to.
 ``ChatCore`` is the one owner of the backend: the app hands it over once loaded (``ChatScreen.backend_ready``)
 and takes it back to close it (``release``); the session keeper, the controllers (``TurnControl``,
 ``SessionControl``) and the screen ask the core for it. The core also holds the session state
-(``ChatState``), the tool registry, where loading stands, and why the current mode cannot be used
+(``ChatState``), the tool registry and the MCP servers that add to it, where loading stands, and why the current mode cannot be used
 (``mode_error``), which it finds by asking the backend for the next reply's constraint (``probe_mode``).
 Nothing here draws; the screen shows what the core holds.
 """
@@ -12,15 +12,20 @@ Nothing here draws; the screen shows what the core holds.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from radixchat.chat.backend import ChatBackend, Constraint, grammar_for
+from radixchat.chat.loading import release_memory
+from radixchat.chat.mcp_client import McpTools
 from radixchat.chat.modes import ConstraintSpec, ModeError
 from radixchat.chat.session import SessionFile
-from radixchat.tui.backend import make_params
+from radixchat.errors import RadixchatError
+from radixchat.tui.backend import BackendFactory, make_params
 from radixchat.tui.session_store import SessionKeeper
-from radixchat.tui.state import ChatState
+from radixchat.tui.state import ChatState, rerendered
 from radixchat.tui.tools import build_registry, offered, unknown_tools_problem
 
 if TYPE_CHECKING:
@@ -29,16 +34,31 @@ if TYPE_CHECKING:
     from radixchat.sampling import SamplingParams
 
 
+log = logging.getLogger(__name__)
+
+
+class ModelSwitchError(RadixchatError):
+    """A model switch that cannot start now."""
+
+
 class ChatCore:
     def __init__(self, settings: Settings, session: SessionFile | str | None = None) -> None:
         self.settings = settings
         self.state = ChatState(model=settings.model, system_prompt=settings.system_prompt)
         self.keeper = SessionKeeper(self.state, Path(settings.sessions_dir), lambda: self.backend)
         self.registry, self.tools_problem = build_registry(settings)
+        # The MCP servers' tools join the registry once the app has started them (after the first frame).
+        self.mcp = (
+            McpTools(settings.mcp_servers, self.registry, settings.cache_dir)
+            if settings.mcp_servers
+            else None
+        )
         self._backend: ChatBackend | None = None
         self.mode_error: ModeError | None = None  # why the mode cannot be used now
         self.load_status = "loading the model…"
         self.load_failed = False
+        self.switching: str | None = None  # the model a switch is loading (``switch_model``)
+        self.switch_status = ""  # how that load goes (its progress lines)
         # Opened once the backend is ready (a session file given at start, or opened while loading).
         self.pending_session: SessionFile | None = session if isinstance(session, SessionFile) else None
         if isinstance(session, str):  # a name with no file yet: a new session by that name
@@ -48,7 +68,7 @@ class ChatCore:
             self.state.mode = preset.mode or self.state.mode
             if preset.tools is not None:
                 self.state.tool_names = list(preset.tools)
-                problem = unknown_tools_problem(self.registry, settings.preset or "", preset.tools)
+                problem = unknown_tools_problem(self.tool_known, settings.preset or "", preset.tools)
                 self.tools_problem = "; ".join(p for p in (self.tools_problem, problem) if p) or None
             self.state.tool_choice = preset.tool_choice or self.state.tool_choice
 
@@ -70,14 +90,64 @@ class ChatCore:
         return backend
 
     @property
+    def loading(self) -> str | None:
+        """How loading a model goes (the first one, or one being switched to); None: nothing loads."""
+        if self._backend is None:
+            return self.load_status
+        return self.switch_status if self.switching is not None else None
+
+    @property
     def model_name(self) -> str:
         return self._backend.model_name if self._backend else self.settings.model
+
+    async def switch_model(
+        self, spec: str, load: BackendFactory, progress: Callable[[str], None] = lambda _: None
+    ) -> ChatBackend:
+        """Load the model ``spec`` names (``load`` runs in a thread, as the app's first load does; the
+        current backend keeps serving meanwhile) and continue the conversation on it: every branch is
+        re-rendered from its text with the new model's template (the old tokenizer's ids are dropped, so
+        the next turn prefills the history once), the settings name the new model, and the old backend is
+        closed and its memory released. Returns the new backend.
+
+        Raises ModelSwitchError (nothing loaded yet, a switch already under way) or whatever the load
+        raises (ModelLoadError, ...); then nothing has changed and the old model stays."""
+        old = self._backend
+        if old is None:
+            raise ModelSwitchError("the model is not loaded yet")
+        if self.switching is not None:
+            raise ModelSwitchError(f"already switching to {self.switching}")
+        settings = self.settings.model_copy(update={"model": spec})
+        self.switching = spec
+        try:
+            new = await asyncio.to_thread(load, settings, progress)
+            try:
+                await new.start()
+            except BaseException:
+                await new.aclose()
+                raise
+        finally:
+            self.switching = None
+        for branch in self.state.branches:
+            branch.conv = rerendered(branch.conv, new.fmt, branch.conv.system)
+        self.settings, self._backend = settings, new
+        self.state.model = new.model_name
+        try:
+            await old.aclose()
+        except Exception:  # the switch is done: an old backend that stops badly is only logged
+            log.warning("closing %s after a model switch failed", old.model_name, exc_info=True)
+        del old
+        await asyncio.to_thread(release_memory)
+        return new
 
     def params(self) -> SamplingParams:
         """The next reply's sampling parameters: the settings' defaults under the session's overrides."""
         return make_params(self.settings, self.state.sampling)
 
     # -- tools and modes ------------------------------------------------------------------------------------
+
+    def tool_known(self, name: str) -> bool:
+        """Whether a tool has ``name``, or may have once the MCP servers still starting have listed theirs."""
+        return name in self.registry.tools or (self.mcp is not None and self.mcp.pending(name))
 
     def offered_tools(self) -> list[Tool]:
         return offered(self.registry, self.state.tool_names)

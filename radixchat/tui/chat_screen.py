@@ -75,6 +75,7 @@ class ChatScreen(Screen[None]):
         # Not Ctrl+Y: the prompt (a TextArea) takes it for redo, so it did nothing there.
         Binding("ctrl+g", "copy_last", "Copy reply", id="copy.last", show=False),
         Binding("f8", "attach_file", "Attach file", id="attach.pick", show=False),
+        Binding("f7", "app.pick_model", "Switch model", id="model.pick", show=False, priority=True),
     ]
 
     def __init__(self, settings: Settings, session: SessionFile | str | None = None) -> None:
@@ -158,8 +159,8 @@ class ChatScreen(Screen[None]):
             return
         s = self.state
         if activity is None:
-            if self.backend is None:
-                activity = self.load_status
+            if self.core.loading is not None:
+                activity = self.core.loading
             elif self.in_flight is not None:
                 activity = "generating… (Esc stops)"
             elif s.editing is not None:
@@ -181,6 +182,8 @@ class ChatScreen(Screen[None]):
         """The app loaded and started ``backend``: continue the pending session or start a chat."""
         self.core.adopt(backend)
         self.set_load_status(f"ready · {backend.model_name}")
+        for text in backend.notices:
+            self.notify(text, title="Chat template", timeout=12)
         if self.core.pending_session is not None:
             session, self.core.pending_session = self.core.pending_session, None
             await self.open_session(session)

@@ -33,6 +33,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("Open session…", "Browse, open, rename, delete and export sessions", "sessions"),
     ("Export to Markdown", "Write the chat as a Markdown file next to the session", "export_markdown"),
     ("Session settings…", "System prompt and sampling parameters", "settings"),
+    ("Switch model…", "Continue this chat on another model (bundled, models_dir, recent)", "app.pick_model"),
     ("Attach file…", "Pick a file to attach to the message (@path in the prompt)", "attach_file"),
     ("Toggle panels", "Show or hide the cache tree, hit rate, memory and speed panels", "toggle_panels"),
     ("Show/hide thinking", "Unfold or fold every reply's thinking (thinking models)", "app.toggle_thinking"),

@@ -35,6 +35,7 @@ def binding_groups() -> list[tuple[str, Sequence[BindingType]]]:
     from radixchat.tui.screens.consent import ConsentScreen
     from radixchat.tui.screens.dialogs import ConfirmDialog, NameDialog
     from radixchat.tui.screens.help import HelpScreen
+    from radixchat.tui.screens.models import ModelsScreen
     from radixchat.tui.screens.schema import SchemaScreen
     from radixchat.tui.screens.sessions import SessionsScreen
     from radixchat.tui.screens.settings import SettingsScreen
@@ -57,6 +58,7 @@ def binding_groups() -> list[tuple[str, Sequence[BindingType]]]:
         ("Session settings", SettingsScreen.BINDINGS),
         ("Branches", BranchesScreen.BINDINGS),
         ("Attach files", [*attach, *AttachScreen.BINDINGS]),
+        ("Model picker (F7)", ModelsScreen.BINDINGS),
         ("Dialogs", NameDialog.BINDINGS + ConfirmDialog.BINDINGS),
         ("Help", HelpScreen.BINDINGS),
     ]

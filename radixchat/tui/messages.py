@@ -60,3 +60,11 @@ class TurnFinished(Message):
     def __init__(self, result: TurnResult | None) -> None:
         super().__init__()
         self.result = result
+
+
+class SwitchModelRequested(Message):
+    """Switch the chat to the model ``spec`` names (the app runs the switch, as F7's picker does)."""
+
+    def __init__(self, spec: str) -> None:
+        super().__init__()
+        self.spec = spec

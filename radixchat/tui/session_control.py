@@ -14,10 +14,12 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from radixchat.chat.model_catalog import local_catalog
 from radixchat.chat.session import SamplingSettings, SessionFile, load_session, session_path
 from radixchat.errors import SessionError
 from radixchat.tui.backend import warm
 from radixchat.tui.host import ChatHost
+from radixchat.tui.messages import SwitchModelRequested
 from radixchat.tui.state import Branch, auto_session_name, display_messages, rerendered
 from radixchat.tui.tools import choice_label, command_of, unknown_tools_problem
 from radixchat.tui.widgets.note import Note
@@ -26,6 +28,8 @@ from radixchat.tui.widgets.prompt import PromptHistory
 # The dialogs and screens below are imported where they open: the first frame needs none of them, and
 # loading them up front slows the start-up (tests/test_layering.py keeps it so).
 if TYPE_CHECKING:
+    from textual.message import Message as TextualMessage
+
     from radixchat.chat.modes import Mode
     from radixchat.tui.chat_core import ChatCore
     from radixchat.tui.screens.tools import ToolSetup
@@ -39,6 +43,7 @@ class SessionHost(ChatHost, Protocol):
     def refresh_panels(self) -> None: ...
     async def action_set_mode(self, mode: Mode) -> None: ...
     async def stop_reply(self) -> None: ...
+    def post_message(self, message: TextualMessage) -> bool: ...
 
 
 class SessionControl:
@@ -155,7 +160,8 @@ class SessionControl:
             if session.model != backend.model_name:
                 note = (
                     f"This session was saved with {session.model}; it continues with {backend.model_name}. "
-                    "Its history is re-tokenized for this model, and the next save records the new model."
+                    "Its history is re-tokenized for this model, and the next save records the new model "
+                    "(F7 switches models)."
                 )
                 await host.transcript.add(Note(note, "info"))
         host.prompt.prompts = PromptHistory([m.content for m in session.messages if m.role == "user"])
@@ -169,16 +175,39 @@ class SessionControl:
             if warmed.tokens:
                 host.notify(warmed.summary(), title=session.name, timeout=3)
         host.refresh_panels()
+        if backend is not None and session.model != backend.model_name:
+            await self.offer_model(session.model)
+
+    async def offer_model(self, name: str) -> None:
+        """A session saved with another model: if the model picker knows a model of that name (recent,
+        bundled, in ``models_dir``), ask whether to switch to it."""
+        host, core = self.host, self.core
+        if core.backend is None or core.backend.base_url is not None:
+            return  # a server's models are its own; F7 lists them
+        s = core.settings
+        entries = await asyncio.to_thread(local_catalog, s.models_dir, s.cache_dir)
+        entry = next((e for e in entries if e.name == name and not e.missing), None)
+        if entry is None:
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                host.post_message(SwitchModelRequested(entry.spec))
+
+        from radixchat.tui.screens.dialogs import ConfirmDialog
+
+        question = f"This session was saved with {name}. Switch to it?"
+        host.app.push_screen(ConfirmDialog(question, f"Switch to {name}"), answered)
 
     def check_tools(self) -> None:
         """After opening a session: drop the tools it names that the config file no longer declares."""
-        s, registry = self.core.state, self.core.registry
+        s = self.core.state
         names = s.tool_names
         if names is None:
             return
-        missing = [n for n in names if n not in registry.tools]
+        missing = [n for n in names if not self.core.tool_known(n)]
         if missing:
-            s.tool_names = [n for n in names if n in registry.tools] or None
+            s.tool_names = [n for n in names if self.core.tool_known(n)] or None
             self.host.notify(
                 f"This session offered {', '.join(missing)}, which the config file does not declare now.",
                 title="Tools",
@@ -245,7 +274,7 @@ class SessionControl:
             return
         if preset.tools is not None:
             s.tool_names = list(preset.tools)
-            if problem := unknown_tools_problem(self.core.registry, name, preset.tools):
+            if problem := unknown_tools_problem(self.core.tool_known, name, preset.tools):
                 host.notify(problem, title="Preset", severity="warning")
         if preset.tool_choice is not None:
             s.tool_choice = preset.tool_choice

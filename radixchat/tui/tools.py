@@ -1,6 +1,7 @@
 """Tool mode's pieces that need no Textual: the registry, the offered tools, and how calls are shown.
 
-The registry holds the built-in tools and the user tools of the config file (``[[tools]]``); a session
+The registry holds the built-in tools, the user tools of the config file (``[[tools]]``) and, once their
+servers have listed them, the tools of its MCP servers (``[[mcp_servers]]``, ``chat/mcp_client.py``); a session
 offers a subset (``SessionFile.tools``; empty means the built-ins, as in batch mode). A reply in tool mode
 writes its calls as ``<tool_call>{...}</tool_call>`` blocks, read only by ``radixchat.tool_format``: the
 transcript shows them as call blocks, so its ``CallFilter`` keeps them out of the streamed Markdown.
@@ -9,6 +10,7 @@ transcript shows them as call blocks, so its ``CallFilter`` keeps them out of th
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from radixchat.chat.session_state import ToolChoice
@@ -37,9 +39,9 @@ def offered(registry: ToolRegistry, names: list[str] | None) -> list[Tool]:
     return [registry.tools[n] for n in dict.fromkeys(names) if n in registry.tools]
 
 
-def unknown_tools_problem(registry: ToolRegistry, preset: str, names: list[str] | None) -> str | None:
+def unknown_tools_problem(known: Callable[[str], bool], preset: str, names: list[str] | None) -> str | None:
     """Why some tools a preset names are not offered (no tool has the name), or None."""
-    unknown = [n for n in names or () if n not in registry.tools]
+    unknown = [n for n in names or () if not known(n)]
     if not unknown:
         return None
     return f"preset '{preset}': no tool named {', '.join(repr(n) for n in unknown)} (left out)"
@@ -50,10 +52,14 @@ def choice_label(choice: ToolChoice) -> str:
 
 
 def command_of(settings: Settings, name: str) -> list[str] | None:
-    """The command a user tool runs (to show in the consent dialog)."""
+    """The command a user tool runs, or the command or URL of the MCP server it comes from (to show in
+    the consent dialog)."""
     for cfg in settings.tools:
         if cfg.name == name:
             return list(cfg.command)  # type: ignore[arg-type]  # the validator split it
+    for server in settings.mcp_servers:
+        if name.startswith(f"{server.name}_"):
+            return list(server.command) if server.command else [server.url or ""]
     return None
 
 

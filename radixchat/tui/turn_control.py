@@ -61,7 +61,7 @@ class TurnControl:
     async def send(self, text: str) -> bool:
         """Send ``text`` as a user message (into a new branch when editing). False: nothing was sent."""
         host, core, s = self.host, self.core, self.core.state
-        if core.backend is None and not core.load_failed:
+        if (core.backend is None and not core.load_failed) or core.switching is not None:
             return await self._queue(text)
         if not self._can_start():
             return False
@@ -102,7 +102,8 @@ class TurnControl:
         return core.backend.reply(conv, core.params(), constraint)
 
     async def _queue(self, text: str) -> bool:
-        """Enter while the model loads: show the message now, send it once the backend is ready."""
+        """Enter while a model loads (the first, or one switched to): show the message now, send it once
+        the model is ready."""
         if self.queued is not None:
             self.host.notify("A message is already waiting for the model.", severity="warning")
             return False
@@ -131,6 +132,9 @@ class TurnControl:
             return False
         if self.in_flight is not None:
             host.notify("A reply is still being generated — Esc stops it.", severity="warning")
+            return False
+        if core.switching is not None:
+            host.notify(f"Wait for {core.switching} to load ({core.switch_status}).", severity="warning")
             return False
         return True
 

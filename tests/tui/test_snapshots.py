@@ -17,6 +17,7 @@ import radixchat.tui.chat_core as chat_core
 from radixchat.chat.backend import kv_owner
 from radixchat.chat.modes import ModeError
 from radixchat.chat.session import SessionFile, atomic_write_text, session_path
+from radixchat.config import Settings
 from radixchat.tui.app import RadixChatApp
 from tests.tui.conftest import (
     FakeBackend,
@@ -217,3 +218,64 @@ def test_the_prompt_with_an_attachment_shown(snap_compare, settings, tmp_path, m
         await settle(pilot)
 
     assert snap_compare(app_for(settings), terminal_size=NARROW, run_before=run_before)
+
+
+def test_the_session_browser_searching_the_text_of_sessions(
+    snap_compare, settings, tui_env, monkeypatch, utc
+):
+    monkeypatch.chdir(tui_env)
+    settings = settings.model_copy(update={"sessions_dir": Path("sessions")})
+    when = datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
+    texts = {
+        "trip-to-lisbon": ("Plan three days in Lisbon", "Start at the castle, then the tram."),
+        "soup": ("A recipe for soup", "Boil water. For a Lisbon-style fish stew, add clams."),
+        "rust-questions": ("What is a borrow checker?", "It checks borrows at compile time."),
+    }
+    for i, (name, (question, answer)) in enumerate(texts.items()):
+        s = SessionFile(
+            name=name,
+            model="fake-model",
+            created_at=when,
+            updated_at=when.replace(hour=10 + i),
+            messages=[{"role": "user", "content": question}, {"role": "assistant", "content": answer}],
+        )
+        atomic_write_text(session_path(settings.sessions_dir, name), s.model_dump_json(by_alias=True))
+
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await ready(app, pilot)
+        await pilot.press("ctrl+o")
+        await wait_until(lambda: len(getattr(app.screen, "entries", [])) == 3, pilot=pilot)
+        await pilot.press("slash", *"lisbon")
+        await wait_until(lambda: len(app.screen.shown) == 2, pilot=pilot)
+        await pilot.pause()
+
+    assert snap_compare(app_for(settings), terminal_size=WIDE, run_before=run_before)
+
+
+def test_the_settings_screen_with_a_preset_chosen(snap_compare, settings, tui_env):
+    config = tui_env / "presets.toml"
+    config.write_text(
+        '[presets.code]\ndescription = "Terse coding help"\nsystem_prompt = "You write Python. Be terse."\n'
+        'temperature = 0.0\ntop_k = 1\n\n[presets.facts]\ndescription = "Answers with the calculator"\n'
+        'mode = "tool"\ntools = ["calculator"]\n'
+    )
+    settings = Settings.load(
+        {"sessions_dir": str(tui_env / "sessions"), "model": "fake-model", "max_tokens": "64"},
+        config_file=config,
+    )
+
+    async def run_before(pilot) -> None:
+        from textual.widgets import Select
+
+        from radixchat.tui.screens.settings import SettingsScreen
+
+        app = pilot.app
+        await ready(app, pilot)
+        await pilot.press("f2")
+        await wait_until(lambda: isinstance(app.screen, SettingsScreen), pilot=pilot)
+        app.screen.query_one("#preset", Select).value = "code"
+        await wait_until(lambda: app.screen.query_one("#f-temperature").value == "0.0", pilot=pilot)
+        await pilot.pause()
+
+    assert snap_compare(app_for(settings), terminal_size=WIDE, run_before=run_before)

@@ -1,7 +1,8 @@
-"""Asks before a user tool runs: the tool, what it does, the command and the JSON arguments.
+"""Asks before a user tool runs: the tool, what it does, the command or MCP server, the JSON arguments.
 
-User tools run commands from the config file, so each call needs the user's yes: *Allow once*, *Always
-allow this tool* (for the rest of the session), or *Deny* (the model gets an error result and goes on).
+User tools run commands from the config file or go to its MCP servers, so each call needs the user's yes:
+*Allow once*, *Always allow this tool* (for the rest of the session), or *Deny* (the model gets an error
+result and goes on).
 The allow answers are held back for ``ARM_DELAY`` seconds after the dialog opens, so keys typed for the
 prompt just as it appears cannot allow a call; Deny works at once and has the focus.
 """
@@ -25,7 +26,11 @@ ARM_DELAY = 0.5  # seconds before the allow answers take effect
 
 def consent_markdown(tool: Tool, arguments: Any, command: list[str] | None) -> str:
     lines = [tool.description or "*(no description)*", ""]
-    if command:
+    if tool.source.startswith("mcp:"):
+        server = tool.source.removeprefix("mcp:")
+        via = f" (`{' '.join(command)}`)" if command else ""
+        lines += [f"Sent to the MCP server **{server}**{via} with these arguments:", ""]
+    elif command:
         lines += [f"Runs `{' '.join(command)}` with these arguments as JSON on stdin:", ""]
     lines += ["```json", json.dumps(arguments, indent=2, ensure_ascii=False), "```"]
     return "\n".join(lines)

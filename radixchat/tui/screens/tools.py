@@ -32,6 +32,9 @@ def tool_markdown(tool: Tool, command: list[str] | None = None) -> str:
     lines = [f"### `{tool.name}`", "", tool.description or "*(no description)*", ""]
     if tool.builtin:
         lines += ["Built in: runs inside radixchat, never asks.", ""]
+    elif tool.source.startswith("mcp:"):
+        via = f" (`{' '.join(command)}`)" if command else ""
+        lines += [f"From the MCP server **{tool.source[4:]}**{via} — asks before each call.", ""]
     else:
         shown = " ".join(command) if command else "a command"
         lines += [f"Runs `{shown}` — asks before each call (or *always allow* it for the session).", ""]
@@ -83,7 +86,8 @@ class ToolsScreen(ModalScreen[ToolSetup | None]):
                 yield ToolList(
                     *(
                         Selection(
-                            f"{t.name}  ·  {'built-in' if t.builtin else 'asks first'}",
+                            f"{t.name}  ·  {'built-in' if t.builtin else 'asks first'}"
+                            + (f" · {t.source}" if t.source.startswith("mcp:") else ""),
                             t.name,
                             t.name in self.offered,
                             id=t.name,

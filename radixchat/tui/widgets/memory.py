@@ -36,6 +36,8 @@ class MemoryPanel(Static):
         else:
             lines.append(f"{stats.device:<7} RSS {human_bytes(stats.process_rss)}")
         compiled = {"ready": " · compiled", "compiling": " · compiling…"}.get(stats.decode_compiled, "")
+        if stats.decode_compiled.startswith("off: "):  # not compiled for want of memory
+            compiled = " · not compiled: low memory"
         lines.append(f"weights {stats.weights_format}{compiled}")
         lines.append(f"KV      {stats.kv_dtype} · {stats.decode_attention}")
         if stats.deterministic:

@@ -33,6 +33,11 @@ class EarlierMessages(Static):
             self.parent.reveal_earlier()
 
 
+def switch_note(model: str) -> Note:
+    """The divider where the conversation moved to another model."""
+    return Note(f"─── switched to {model} ───", "switch")
+
+
 class Transcript(VerticalScroll, can_focus=False):
     """Shows one conversation. Rebuilt on branch switches and session loads; appended to per turn. Only the
     last ``VISIBLE`` messages are laid out; earlier ones are shown on request (``reveal_earlier``)."""
@@ -44,14 +49,20 @@ class Transcript(VerticalScroll, can_focus=False):
         """Show ``messages``. The tool messages that answer an assistant message's calls are shown in that
         message's call blocks; any other tool message is a note."""
         await self.remove_children()
-        widgets = []
+        widgets: list[Widget] = []
         answered: set[int] = set()
+        turn, model = 0, None  # where the current turn's widgets start; the model of the last reply
         for i, m in enumerate(messages):
             if m.role == "system":
                 widgets.append(Note(f"system prompt: {m.content}", "system"))
             elif m.role == "user":
+                turn = len(widgets)
                 widgets.append(UserMessage(m, i))
             elif m.role == "assistant":
+                wrote = m.meta.get("model")
+                if wrote and model and wrote != model:  # the conversation moved to another model (F7)
+                    widgets.insert(turn, switch_note(wrote))
+                model = wrote or model
                 results = []
                 for j in range(i + 1, i + 1 + len(m.tool_calls or [])):
                     if j >= len(messages) or messages[j].role != "tool":
