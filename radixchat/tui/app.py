@@ -28,7 +28,7 @@ from radixchat.tui.messages import (
     EngineReady,
     SwitchModelRequested,
 )
-from radixchat.tui.model_control import ModelControl
+from radixchat.tui.model_control import ModelControl, announce
 from radixchat.tui.screens.help import HelpScreen
 from radixchat.tui.widgets.thinking import toggle_thinking
 
@@ -148,6 +148,7 @@ class RadixChatApp(App[int]):
         backend = event.backend
         await backend.start()
         await self.chat.backend_ready(backend)
+        announce(self, backend)
 
     async def shutdown(self) -> None:
         if self.chat.in_flight is not None:

@@ -182,8 +182,6 @@ class ChatScreen(Screen[None]):
         """The app loaded and started ``backend``: continue the pending session or start a chat."""
         self.core.adopt(backend)
         self.set_load_status(f"ready · {backend.model_name}")
-        for text in backend.notices:
-            self.notify(text, title="Chat template", timeout=12)
         if self.core.pending_session is not None:
             session, self.core.pending_session = self.core.pending_session, None
             await self.open_session(session)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from textual.worker import Worker
 
+    from radixchat.chat.backend import ChatBackend
     from radixchat.chat.model_catalog import ModelEntry
     from radixchat.tui.backend import BackendFactory
     from radixchat.tui.chat_core import ChatCore
@@ -129,8 +130,7 @@ class ModelControl:
         host.update_status()
         host.refresh_panels()
         host.notify(f"Switched to {new.model_name}", title="Model", timeout=3)
-        for text in new.notices:  # a chat template chosen for a model that ships none
-            host.notify(text, title="Chat template", timeout=12)
+        announce(host, new)
         await self.sessions.autosave()  # the file records the model the conversation now runs on
         await self.turns.send_queued()
         return True
@@ -138,3 +138,9 @@ class ModelControl:
     def _status(self, text: str) -> None:
         self.core.switch_status = text
         self.host.update_status()
+
+
+def announce(host: ChatHost, backend: ChatBackend) -> None:
+    """Show the backend's load-time notices (a chat template chosen for a model that ships none)."""
+    for text in backend.notices:
+        host.notify(text, title="Chat template", timeout=12)
