@@ -99,18 +99,21 @@ def tiny_models(smol_tokenizer):
     return out
 
 
+def real_pair(path: Path, tokenizer, name: str) -> tuple[LoadedModel, torch.nn.Module]:
+    """(a real model in float32 with radix attention, an sdpa reference copy of it)."""
+    import radixchat.engine.attention  # noqa: F401  (registers "radix")
+
+    model, ref = (
+        AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
+        for attn in ("radix", "sdpa")
+    )
+    return describe_model(model, tokenizer, name, path), ref
+
+
 @pytest.fixture(scope="session")
 def smol(smol_dir, smol_tokenizer) -> tuple[LoadedModel, torch.nn.Module]:
     """(the real default model in float32 with radix attention, an sdpa reference copy)."""
-    import radixchat.engine.attention  # noqa: F401  (registers "radix")
-
-    model = AutoModelForCausalLM.from_pretrained(
-        smol_dir, dtype=torch.float32, attn_implementation="radix"
-    ).eval()
-    ref = AutoModelForCausalLM.from_pretrained(
-        smol_dir, dtype=torch.float32, attn_implementation="sdpa"
-    ).eval()
-    return describe_model(model, smol_tokenizer, "SmolLM2-135M-Instruct", smol_dir), ref
+    return real_pair(smol_dir, smol_tokenizer, "SmolLM2-135M-Instruct")
 
 
 @pytest.fixture(scope="session")
@@ -128,15 +131,7 @@ def gemma_tokenizer(gemma_dir):
 @pytest.fixture(scope="session")
 def gemma(gemma_dir, gemma_tokenizer) -> tuple[LoadedModel, torch.nn.Module]:
     """(Gemma 3 270M in float32 with radix attention, an sdpa reference copy)."""
-    import radixchat.engine.attention  # noqa: F401  (registers "radix")
-
-    model = AutoModelForCausalLM.from_pretrained(
-        gemma_dir, dtype=torch.float32, attn_implementation="radix"
-    ).eval()
-    ref = AutoModelForCausalLM.from_pretrained(
-        gemma_dir, dtype=torch.float32, attn_implementation="sdpa"
-    ).eval()
-    return describe_model(model, gemma_tokenizer, "gemma-3-270m", gemma_dir), ref
+    return real_pair(gemma_dir, gemma_tokenizer, "gemma-3-270m")
 
 
 def hf_greedy(ref, prompt: list[int], n: int, eos_ids=None) -> list[int]:

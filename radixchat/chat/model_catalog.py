@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -76,33 +77,27 @@ def scan_models_dir(folder: Path, limit: int = SCAN_LIMIT) -> list[ModelEntry]:
     level down, sorted by path. An unreadable or missing ``folder`` is an empty list."""
     folder = Path(folder).expanduser()
     found: list[ModelEntry] = []
-    seen = 0
-    try:
-        top = sorted(folder.iterdir())
-    except OSError:
-        return []
-    for entry in top:
+    for seen, path in enumerate(_two_levels(folder)):
         if seen >= limit:
             break
-        seen += 1
-        model = _model_at(entry, folder)
+        model = _model_at(path, folder)
         if model is not None:
             found.append(model)
-            continue
-        if not _is_dir(entry):
-            continue
-        try:
-            inner = sorted(entry.iterdir())
-        except OSError:
-            continue
-        for sub in inner:
-            if seen >= limit:
-                break
-            seen += 1
-            model = _model_at(sub, folder)
-            if model is not None:
-                found.append(model)
     return found
+
+
+def _two_levels(folder: Path) -> Iterator[Path]:
+    """The entries of ``folder``, sorted, each followed by its own entries (sorted; none for a file)."""
+    for entry in _entries(folder):
+        yield entry
+        yield from _entries(entry)
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except OSError:  # a file, or a folder that cannot be read
+        return []
 
 
 def _model_at(path: Path, root: Path) -> ModelEntry | None:
