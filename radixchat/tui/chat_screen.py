@@ -14,6 +14,7 @@ backend without an engine), refreshed on the app's timer.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from textual import work
@@ -293,8 +294,8 @@ class ChatScreen(Screen[None]):
             self.prompt.accept(event.text)
 
     def on_text_area_changed(self) -> None:  # the prompt is the screen's only text area
-        bar = self.query_one(AttachmentBar)
-        self.run_worker(self.attach.measure(self.prompt.text, bar), group="attachments", exclusive=True)
+        measure = partial(self.attach.measure, self.prompt.text, self.query_one(AttachmentBar))
+        self.run_worker(measure, group="attachments", exclusive=True)  # a callable: one superseded never runs
 
     def action_attach_file(self) -> None:
         self.attach.pick()
