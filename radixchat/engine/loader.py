@@ -8,8 +8,10 @@ A model spec (``ModelConfig.name``) is one of:
 - a ``.gguf`` file;
 - a Hugging Face Hub id (``org/name``), which needs the network.
 
-A GGUF file is converted once (dequantized to float32 safetensors plus the tokenizer) into
-``<cache_dir>/models/<name>-<key>/``; later starts load that directory in well under a second.
+A GGUF file is converted once into ``<cache_dir>/models/``: dequantized to float32 safetensors plus the tokenizer
+(``<name>-<key>/``; later starts load that directory in well under a second), or, on CPU for a model whose
+float32 copy would crowd the machine (or with ``weights = packed``), packed tensor by tensor into int4 and
+memory-mapped (``<name>-<key>-packed/``, see ``packed.py``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import torch
 
 import radixchat.engine.attention as attention  # registers the "radix" attention function
 from radixchat.bundled import SMOLLM2, bundled_model
+from radixchat.engine import packed
 from radixchat.engine.model_size import check_fits
-from radixchat.engine.weights import WeightsPlan, apply_weights, check_weights_format
+from radixchat.engine.weights import PACKED, WeightsPlan, apply_weights, check_weights_format
 from radixchat.errors import ModelLoadError
 
 BUNDLED_NAME = SMOLLM2.name
@@ -90,6 +93,17 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
     return getattr(torch, dtype)
+
+
+def gguf_of(spec: str, cache_dir: Path) -> tuple[str, Path] | None:
+    """(display name, GGUF file) when ``spec`` names one (a bundled model or a .gguf path), else None."""
+    bundled = bundled_model(spec)
+    if bundled is not None:
+        return bundled.name, bundled.gguf(cache_dir)
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return path.stem, path.resolve()
+    return None
 
 
 def resolve_model(spec: str, cache_dir: Path, progress: Progress | None = None) -> tuple[str, Path]:
@@ -258,7 +272,7 @@ def describe_model(model: Any, tokenizer: Any, name: str, path: Path) -> LoadedM
         tokenizer=tokenizer,
         device=param.device,
         dtype=param.dtype,
-        vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        vocab_size=int(model.get_output_embeddings().out_features),
         eos_ids=eos_ids_of(model, tokenizer),
         max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
         num_layers=config.num_hidden_layers,
@@ -284,7 +298,19 @@ def load_model(
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     check_weights_format(weights, dev)
+    source = gguf_of(spec, cache_dir)
+    lean = source is not None and dev.type == "cpu" and dt == torch.float32 and not deterministic
+    if lean and (weights == PACKED or (weights == "auto" and packed.use_packed(source[1]))):
+        return _load_packed(
+            source[0], packed.convert(source[1], cache_dir, source[0], progress), cache_dir, progress
+        )
+    if weights == PACKED:
+        raise ModelLoadError(
+            "weights 'packed' needs a .gguf model on the CPU, in float32 math and without --deterministic"
+        )
     name, path = resolve_model(spec, cache_dir, progress)
+    if packed.is_packed(path):  # a packed directory named directly (the compiled-step builder does)
+        return _load_packed(path.name, path, cache_dir, progress)
     check_fits(path, name)
     try:
         config = AutoConfig.from_pretrained(path)
@@ -304,4 +330,24 @@ def load_model(
     model.to(dev).eval()
     loaded = describe_model(model, tokenizer, name, path)
     loaded.weights = apply_weights(model, weights, dev, cache_dir, progress, deterministic=deterministic)
+    return loaded
+
+
+def _load_packed(name: str, path: Path, cache_dir: Path, progress: Progress | None) -> LoadedModel:
+    from transformers import AutoTokenizer
+
+    if progress:
+        progress(f"loading {name} on cpu (packed int4, memory-mapped)")
+    try:
+        with _progress_bars(enabled=False):
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        model = packed.load(path)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(
+            f"cannot load packed model from {path}: {str(exc).splitlines()[0][:300]}"
+        ) from None
+    loaded = describe_model(model, tokenizer, name, path)
+    loaded.weights = apply_weights(model, PACKED, loaded.device, cache_dir, progress)
     return loaded

@@ -8,6 +8,7 @@ cannot fit is one line naming what it needs and what there is, instead of a proc
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -21,6 +22,15 @@ FLOAT32_BYTES = 4
 
 def parameter_count(path: Path) -> int | None:
     """The parameters of a .gguf file or of a model directory's safetensors files (None: not known)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _parameter_count(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _parameter_count(path: Path, size: int, mtime_ns: int) -> int | None:  # the file's identity is the key
     try:
         if path.is_file() and path.suffix.lower() == ".gguf":
             from gguf import GGUFReader

@@ -6,6 +6,9 @@ the machine's own vector extensions (``-march=native``) by the C++ compiler that
 ``<cache_dir>/kernels/<key>/``, where the key covers the source, torch's version and the CPU. The build takes
 a few seconds, once (``scripts/setup.sh`` runs it ahead); a later start only loads the library.
 
+``int4_dequant.cpp`` registers ``torch.ops.radixchat.int4_dequant``: a packed model's 4-bit weights unpacked
+into a bfloat16 matrix at memory speed, for its prefill chunks (``weights.py``'s ``int4-bf16`` kernel).
+
 Where it cannot be built (no compiler, another platform) the engine keeps its portable path (gather, then
 SDPA) and says so in its stats; nothing else changes.
 """
@@ -25,7 +28,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("paged_attention.cpp")
+# One library: the paged attention, and the int4 unpacking of packed models' prefill (``int4_dequant.cpp``).
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_attention.cpp", "int4_dequant.cpp"))
 _lock = threading.Lock()
 _state: dict[str, str | None] = {}  # "paged_decode" -> None (loaded) or why not
 
@@ -50,7 +54,12 @@ def _key(cxx: str) -> str:
     except (OSError, subprocess.SubprocessError):
         version = ""
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), torch.__version__.encode(), cpu_name().encode(), cpu_isa().encode()):
+    for part in (
+        *(src.read_bytes() for src in SOURCES),
+        torch.__version__.encode(),
+        cpu_name().encode(),
+        cpu_isa().encode(),
+    ):
         h.update(part)
     h.update(version.splitlines()[0].encode() if version else b"")
     return h.hexdigest()[:20]
@@ -73,7 +82,7 @@ def _build(cxx: str, target: Path) -> None:
         "-std=c++17",
         "-D_GLIBCXX_USE_CXX11_ABI=" + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)),
         *includes,
-        str(SOURCE),
+        *map(str, SOURCES),
         "-o",
         str(tmp),
         *[f"-L{d}" for d in libdirs],
@@ -134,6 +143,12 @@ def _register_fake() -> None:
     @torch.library.register_fake("radixchat::paged_decode")
     def _(q, k, v, slots, lens, scale, window):  # noqa: ANN001, ANN202
         return q.new_empty(q.shape).contiguous()
+
+
+def int4_dequant_ready() -> bool:
+    """Whether ``torch.ops.radixchat.int4_dequant`` is loaded (by ``load_paged_attention``, which builds the one
+    library of native kernels)."""
+    return _state.get("paged_decode", "not loaded") is None and hasattr(torch.ops.radixchat, "int4_dequant")
 
 
 def paged_attention_ready() -> bool:

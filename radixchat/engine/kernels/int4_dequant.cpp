@@ -1,0 +1,70 @@
+// int4 weights (the layout of torch's CPU int4 matmul) back to a bfloat16 matrix, for prefill chunks.
+//
+// A packed model (radixchat/engine/packed.py) keeps its linear layers only as 4-bit codes: the int4 matmul
+// streams them in a decode step, but for a prefill chunk of hundreds of rows a bfloat16 GEMM is 2-3x faster.
+// This unpacks one layer into a reused bfloat16 buffer at memory speed, so a chunk pays one pass over the
+// codes instead of the int4 kernel's per-row work.
+//
+// Layout (torch._convert_weight_to_int4pack_for_cpu, checked against torch at load by
+// radixchat/engine/weights.py): rows in blocks of 64; block b is [K][32] bytes, byte j of column k holding
+// row b*64+j in its low nibble and row b*64+32+j in its high one. Scales and offsets are [K/32][N][2]
+// bfloat16, and a weight is (code - 8) * scale + offset.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace radixchat {
+namespace {
+
+constexpr int64_t BLOCK_N = 64;
+constexpr int64_t GROUP = 32;
+
+at::Tensor int4_dequant(const at::Tensor& packed, const at::Tensor& sz, at::Tensor out) {
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "int4_dequant: packed must be uint8");
+  TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() && sz.dim() == 3, "int4_dequant: bad sz");
+  TORCH_CHECK(out.scalar_type() == at::kBFloat16 && out.is_contiguous() && out.dim() == 2, "int4_dequant: bad out");
+  const int64_t N = out.size(0), K = out.size(1);
+  TORCH_CHECK(N % BLOCK_N == 0 && K % GROUP == 0, "int4_dequant: N must be a multiple of 64, K of 32");
+  TORCH_CHECK(packed.numel() == N * K / 2 && sz.size(0) == K / GROUP && sz.size(1) == N, "int4_dequant: shapes");
+  const uint8_t* p = packed.data_ptr<uint8_t>();
+  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
+  at::BFloat16* o = out.data_ptr<at::BFloat16>();
+  const int64_t groups = K / GROUP, blocks = N / BLOCK_N;
+  at::parallel_for(0, blocks * groups, 1, [&](int64_t begin, int64_t end) {
+    uint8_t tile[GROUP][32];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / groups, g = item % groups;
+      // The 32 columns of this group for the block's 64 rows: 32 x 32 bytes, contiguous per column.
+      for (int64_t kk = 0; kk < GROUP; ++kk) std::memcpy(tile[kk], p + (b * K + g * GROUP + kk) * 32, 32);
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t j = 0; j < 32; ++j) {
+          const int64_t n = b * BLOCK_N + h * 32 + j;
+          const float scale = static_cast<float>(s[(g * N + n) * 2]);
+          const float offset = static_cast<float>(s[(g * N + n) * 2 + 1]) - 8.0f * scale;
+          at::BFloat16* row = o + n * K + g * GROUP;
+          for (int64_t kk = 0; kk < GROUP; ++kk) {
+            const int code = h ? tile[kk][j] >> 4 : tile[kk][j] & 15;
+            row[kk] = at::BFloat16(static_cast<float>(code) * scale + offset);
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+}  // namespace radixchat
+
+TORCH_LIBRARY_FRAGMENT(radixchat, m) {
+  m.def("int4_dequant(Tensor packed, Tensor sz, Tensor(a!) out) -> Tensor(a!)");
+}
+
+TORCH_LIBRARY_IMPL(radixchat, CPU, m) {
+  m.impl("int4_dequant", &radixchat::int4_dequant);
+}

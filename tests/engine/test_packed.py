@@ -1,0 +1,241 @@
+"""Packed models (issue 35): a GGUF converted tensor by tensor into int4 codes on disk, memory-mapped, with no
+float32 copy — the file's own codes, the engine's equality on it, the quality guard on both real models, and
+the loader's choices and errors."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import hf_greedy
+
+from bench.model_1b import Shape, write
+from radixchat.engine import packed
+from radixchat.engine import weights as W
+from radixchat.engine.core import EngineConfig, EngineCore
+from radixchat.engine.loader import load_model
+from radixchat.engine.request import SamplingParams
+from radixchat.errors import ModelLoadError
+
+TINY = Shape(hidden=128, layers=2, heads=4, kv_heads=2, ffn=256)
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    """A tiny Llama GGUF in Q4_0 with the bundled tokenizer (logits sharpened: greedy is decisive)."""
+    return write(tmp_path_factory.mktemp("gguf") / "tiny-q4_0.gguf", "Q4_0", shape=TINY, head_scale=40.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_packed(tiny_gguf, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    return load_model(str(tiny_gguf), weights="packed", cache_dir=cache), cache
+
+
+def _random_blocks(kind, rows: int, cols: int) -> np.ndarray:
+    """Random blocks of a 4-bit GGUF type whose float16 fields are finite (any bytes are valid codes)."""
+    from gguf import GGML_QUANT_SIZES
+
+    block, size = GGML_QUANT_SIZES[kind]
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, (rows * cols // block, size), dtype=np.uint8)
+    halves = 2 if kind.name in ("Q4_1", "Q4_K") else 1
+    raw[:, : 2 * halves] = rng.uniform(0.001, 0.1, (len(raw), halves)).astype(np.float16).view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q4_K"])
+def test_codes_and_group_scales_are_read_from_the_blocks_exactly(kind):
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    t = GGMLQuantizationType[kind]
+    rows, cols = 64, 512
+    blocks = _random_blocks(t, rows, cols)
+    tensor = type("T", (), {"tensor_type": t, "shape": np.array([cols, rows]), "data": blocks})()
+    codes, scale, low = packed._int4_codes(tensor)
+    assert codes.shape == (rows, cols) and codes.max() <= 15
+    rebuilt = codes.reshape(rows, -1, 32) * scale[..., None] + low[..., None]
+    np.testing.assert_allclose(rebuilt.reshape(rows, cols), dequantize(blocks, t), rtol=1e-6, atol=1e-6)
+    # ... and the int4 kernel multiplies with them (its scales rounded to bfloat16)
+    w_int4, sz = packed._pack_codes(codes, scale, low)
+    layer = W.FormatLinear(torch.nn.Linear(cols, rows, bias=False, device="meta"), "layers")
+    layer.register_buffer("w_int4", w_int4)
+    layer.register_buffer("sz_int4", sz)
+    x = torch.randn(3, cols)
+    want = x @ torch.from_numpy(dequantize(blocks, t)).T
+    got = W._int4_mm(layer, x)
+    assert (got - want).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_a_packed_model_has_no_float32_weights(tiny_packed):
+    lm, cache = tiny_packed
+    assert lm.weights.format == "packed" and packed.is_packed(lm.path)
+    linears = [lin for items in W._groups(lm.model).values() for _, _, lin in items]
+    assert linears and all(lin.weight is None for lin in linears)
+    assert all(hasattr(lin, "w_int4") for lin in linears)  # every layer and the head: the file's 4-bit codes
+    head = lm.model.get_output_embeddings()
+    assert not hasattr(head, "w_float16") and {k for _, k in head.table} == {"int4"}
+    assert lm.model.get_input_embeddings().weight.dtype == torch.float16  # the lookup's rows
+    big = [
+        name
+        for name, t in (*lm.model.named_parameters(), *lm.model.named_buffers())
+        if t.dtype == torch.float32 and t.numel() > TINY.hidden
+    ]
+    assert big == [], big  # no float32 copy of any matrix
+    assert lm.vocab_size == head.out_features and lm.dtype == torch.float32
+
+
+def test_packing_happens_once_and_a_stale_layout_is_packed_again(tiny_gguf, tiny_packed, monkeypatch):
+    lm, cache = tiny_packed
+    marker = lm.path / packed.PACKED_MARKER
+    before = marker.stat().st_mtime_ns
+    again = load_model(str(tiny_gguf), weights="packed", cache_dir=cache)
+    assert again.path == lm.path and marker.stat().st_mtime_ns == before
+    monkeypatch.setattr(packed, "layout_fingerprint", lambda: "another-cpu")
+    assert packed.convert(tiny_gguf, cache, "tiny-q4_0") == lm.path
+    assert marker.stat().st_mtime_ns != before  # packed again for this (pretend) CPU's int4 layout
+
+
+def test_packed_model_stays_close_to_the_float32_model_of_the_same_file(tiny_gguf, tiny_packed, tmp_path):
+    lm, _ = tiny_packed
+    exact = _sdpa(load_model(str(tiny_gguf), weights="float32", cache_dir=tmp_path).path)
+    model = packed.load(lm.path, attn="sdpa")
+    ids = torch.randint(0, 49152, (1, 40), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        want = exact(ids, use_cache=False).logits.float()
+        for kernel in ("int4", "int4-bf16"):
+            W.install_plan(model, _one_kernel(kernel))
+            got = model(ids, use_cache=False).logits.float()
+            assert (got - want).abs().max() <= 0.05 * want.abs().max(), kernel
+            assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9, kernel
+
+
+def _sdpa(path: Path) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+
+
+def _one_kernel(kernel: str) -> W.WeightsPlan:
+    return W.WeightsPlan("packed", {"layers": ((1 << 62, kernel),), "head": ((1 << 62, "float16"),)})
+
+
+def test_engine_greedy_equals_transformers_on_the_packed_model(tiny_packed):
+    """Equality on the packed weights: chunked prefill, two streams batched, then a cache hit, against plain
+    transformers generate over the same packed weights (one kernel for every row count on both)."""
+    lm, _ = tiny_packed
+    plan = _one_kernel("int4")
+    ref = packed.load(lm.path, attn="sdpa")
+    for m in (lm.model, ref):
+        W.install_plan(m, plan)
+    core = EngineCore(copy.copy(lm), EngineConfig(kv_pool_tokens=1024, chunked_prefill_size=16))
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 49152, (n,), generator=gen).tolist() for n in (37, 52)]
+    reqs = [core.make_request(p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in prompts]
+    core.run_until_done(reqs)
+    for p, req in zip(prompts, reqs, strict=True):
+        assert req.output_ids == hf_greedy(ref, p, 8)
+    follow = prompts[0] + reqs[0].output_ids + [17, 99, 1203]
+    again = core.make_request(follow, SamplingParams(max_tokens=8, ignore_eos=True))
+    core.run_until_done([again])
+    assert again.cached_tokens >= len(prompts[0])
+    assert again.output_ids == hf_greedy(ref, follow, 8)
+    W.install_plan(lm.model, lm.weights)
+
+
+def test_a_q8_0_file_keeps_its_precision_in_float16(tmp_path):
+    gguf = write(tmp_path / "tiny-q8_0.gguf", "Q8_0", shape=TINY)
+    lm = load_model(str(gguf), weights="packed", cache_dir=tmp_path)
+    layers = [lin for _, _, lin in W._groups(lm.model)["layers"]]
+    assert all(hasattr(lin, "w_float16") and not hasattr(lin, "w_int4") for lin in layers)
+    assert {k for lin in layers for _, k in lin.table} == {"float16"}
+    exact = _sdpa(load_model(str(gguf), weights="float32", cache_dir=tmp_path / "exact").path)
+    model = packed.load(lm.path, attn="sdpa")
+    W.install_plan(model, lm.weights)
+    ids = torch.randint(0, 49152, (1, 24), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        want, got = (m(ids, use_cache=False).logits.float() for m in (exact, model))
+    assert (got - want).abs().max() <= 2e-3 * want.abs().max()
+
+
+def test_auto_packs_a_gguf_whose_float32_copy_would_crowd_memory(tiny_gguf, tmp_path, monkeypatch):
+    lm = load_model(str(tiny_gguf), weights="auto", cache_dir=tmp_path)
+    assert lm.weights.format != "packed"  # a few MB of float32: the float32 path and its kernels
+    monkeypatch.setattr(packed, "available_memory", lambda: 8 << 20)
+    assert packed.use_packed(tiny_gguf)
+    monkeypatch.setattr(packed, "available_memory", lambda: 64 << 30)
+    assert not packed.use_packed(tiny_gguf)
+
+
+def test_a_model_too_big_to_pack_is_one_line_before_loading(tiny_gguf, tmp_path, monkeypatch):
+    monkeypatch.setattr(packed, "available_memory", lambda: 1 << 20)
+    with pytest.raises(ModelLoadError) as err:
+        load_model(str(tiny_gguf), weights="packed", cache_dir=tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and "tiny-q4_0 needs about" in msg and "GiB available" in msg
+    assert not list((tmp_path / "models").glob("*")) if (tmp_path / "models").exists() else True
+
+
+def test_packed_needs_a_gguf_and_a_damaged_one_is_one_line(tmp_path, smol_dir):
+    with pytest.raises(ModelLoadError, match="needs a .gguf model"):
+        load_model(str(smol_dir), weights="packed", cache_dir=tmp_path)
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ModelLoadError) as err:
+        load_model(str(bad), weights="packed", cache_dir=tmp_path)
+    assert "\n" not in str(err.value) and "broken.gguf" in str(err.value)
+
+
+TEXT_TOKENS = 300
+
+
+def _agreement(
+    name: str, ref: torch.nn.Module, tokenizer, cache: Path
+) -> list[tuple[str, float, float, float]]:
+    from test_weights import TEXT
+
+    ids = tokenizer.encode(TEXT)
+    x = torch.tensor([ids])
+    target = x[0, 1:]
+    with torch.inference_mode():
+        base = ref(x, use_cache=False).logits[0, :-1].float()
+    base_nll = torch.nn.functional.cross_entropy(base, target).item()
+    lm = load_model(name, weights="packed", cache_dir=cache)
+    model = packed.load(lm.path, attn="sdpa")
+    # Both real models store their (tied) embedding in 8 bits: the head multiplies its float16 rows.
+    assert model.get_output_embeddings().w_float16 is model.get_input_embeddings().weight
+    out = []
+    for kernel in ("int4", "int4-bf16"):
+        W.install_plan(model, _one_kernel(kernel))
+        with torch.inference_mode():
+            logits = model(x, use_cache=False).logits[0, :-1].float()
+        agree = (logits.argmax(-1) == base.argmax(-1)).float().mean().item()
+        nll = torch.nn.functional.cross_entropy(logits, target).item()
+        print(f"{name} packed layers/{kernel}: top-1 agreement {agree:.4f}, NLL {nll:.4f} vs {base_nll:.4f}")
+        out.append((kernel, agree, nll, base_nll))
+    return out
+
+
+def _guard(results) -> None:  # noqa: ANN001
+    for kernel, agree, nll, base_nll in results:
+        assert agree >= 0.98, (kernel, agree)
+        assert abs(nll - base_nll) <= 0.02 * base_nll, (kernel, nll, base_nll)
+
+
+@pytest.mark.real_model
+def test_quality_guard_packed_smollm2(smol, smol_tokenizer, tmp_path):
+    """The bundled model packed (Q4_1 codes, float16 head) keeps >= 98% teacher-forced top-1 agreement with
+    float32 and its NLL within 2%, with either layer kernel."""
+    _guard(_agreement("smollm2", smol[1], smol_tokenizer, tmp_path))
+
+
+@pytest.mark.gemma
+def test_quality_guard_packed_gemma(gemma, gemma_tokenizer, tmp_path):
+    """Gemma 3 270M packed (its Q4_K tensors as codes, its Q5_0/Q6_K/Q8_0 ones as float16, its 262k-row head
+    in float16) passes the same guard."""
+    _guard(_agreement("gemma3-270m", gemma[1], gemma_tokenizer, tmp_path))
