@@ -121,7 +121,7 @@ def _source_digest() -> str:
 def _model_digest(path: Path) -> str:
     h = hashlib.sha256()
     for f in sorted(path.glob("*")):
-        if f.is_file() and f.suffix in (".safetensors", ".json"):
+        if f.is_file() and f.suffix in (".safetensors", ".json", ".pt"):  # .pt: a packed model's weights
             st = f.stat()
             h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]

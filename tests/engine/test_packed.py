@@ -148,6 +148,41 @@ def test_engine_greedy_equals_transformers_on_the_packed_model(tiny_packed):
     W.install_plan(lm.model, lm.weights)
 
 
+def test_compiled_decode_step_runs_the_packed_model(tiny_packed, tmp_path, monkeypatch):
+    """The AOTInductor decode step over a packed model (int4 codes, no float32 weights) gives the same greedy
+    tokens as transformers generate over the same weights, and holds no copy of them."""
+    from safetensors import safe_open
+
+    from radixchat.engine import decode_graph as G
+    from radixchat.engine.attention import paged_decode_usable
+
+    lm, _ = tiny_packed
+    if why := G.compile_unavailable(lm.model, CPU):
+        pytest.skip(why)
+    plan = _one_kernel("int4")
+    ref = packed.load(lm.path, attn="sdpa")
+    for m in (lm.model, ref):
+        W.install_plan(m, plan)
+    served = copy.copy(lm)
+    served.weights = plan
+    paged = paged_decode_usable(lm.head_dim, CPU)
+    spec = G.build_spec(served, torch.float32, paged, 1)
+    out = tmp_path / "compiled" / spec.key
+    G.compile_graphs(lm.model, spec.ranges, out, paged=paged)
+    with safe_open(str(out / "decode-1-1.constants.safetensors"), framework="pt") as f:
+        assert not any(k.endswith(("w_int4", "w_float16")) for k in f.keys())  # noqa: SIM118
+    monkeypatch.setattr(G.DecodeGraphs, "_start_builder", lambda *a, **k: pytest.fail("no builder may start"))
+    core = EngineCore(
+        served, EngineConfig(kv_pool_tokens=512, max_running_requests=1, compile="on", cache_dir=tmp_path)
+    )
+    assert core.decode_compiled == "ready"
+    prompt = torch.randint(0, 49152, (21,), generator=torch.Generator().manual_seed(5)).tolist()
+    req = core.make_request(prompt, SamplingParams(max_tokens=10, ignore_eos=True))
+    core.run_until_done([req])
+    assert req.output_ids == hf_greedy(ref, prompt, 10)
+    W.install_plan(lm.model, lm.weights)
+
+
 def test_a_q8_0_file_keeps_its_precision_in_float16(tmp_path):
     gguf = write(tmp_path / "tiny-q8_0.gguf", "Q8_0", shape=TINY)
     lm = load_model(str(gguf), weights="packed", cache_dir=tmp_path)
