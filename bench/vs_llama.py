@@ -64,6 +64,10 @@ def gguf_path() -> Path:
     from radixchat.bundled import bundled_model
     from radixchat.config import default_cache_dir
 
+    if MODEL == "1b":
+        from bench.model_1b import ensure
+
+        return ensure()
     bundled = bundled_model(MODEL)
     return bundled.gguf(default_cache_dir()) if bundled is not None else Path(MODEL)
 
@@ -72,8 +76,11 @@ def tokenizer():
     from transformers import AutoTokenizer
 
     from radixchat.config import default_cache_dir
-    from radixchat.engine.loader import resolve_model
+    from radixchat.engine.loader import gguf_of, resolve_model
 
+    source = gguf_of(str(gguf_path()), default_cache_dir())
+    if source is not None:  # the tokenizer alone, not a (float32) conversion of the whole model
+        return AutoTokenizer.from_pretrained(str(source[1].parent), gguf_file=source[1].name)
     return AutoTokenizer.from_pretrained(resolve_model(MODEL, default_cache_dir())[1])
 
 
@@ -214,7 +221,7 @@ async def _radixchat(
 
     # No disk KV store: "cold" must be cold, and the chat must come from the radix tree alone.
     settings = Settings(
-        model=MODEL, weights=weights, compile=compile_, kv_store=False, deterministic=deterministic
+        model=str(gguf_path()) if MODEL == "1b" else MODEL, weights=weights, compile=compile_, kv_store=False, deterministic=deterministic
     )
     engine = engine_from_settings(settings)
     tok = engine.tokenizer
@@ -320,9 +327,11 @@ def child(args: argparse.Namespace) -> dict:
         return asyncio.run(_radixchat_history(args.wait_compiled))
     if args.child == "llama":
         return run_llama(args.threads, args.repeats)
-    weights, compile_ = ("float32", "off") if args.child == "float32" else ("auto", "auto")
+    weights, compile_ = {"float32": ("float32", "off"), "eager": ("auto", "off")}.get(
+        args.child, ("auto", "auto")
+    )
     # The float32 baseline is there for decode and cold prefill ("no slower than today's float32").
-    full = args.child in ("auto", "deterministic")
+    full = args.child in ("auto", "deterministic", "eager")
     return asyncio.run(
         _radixchat(
             weights,
@@ -335,7 +344,9 @@ def child(args: argparse.Namespace) -> dict:
     )
 
 
-CHILDREN = ["llama", "auto", "float32", "deterministic", "llama-history", "llama-fa-history", "auto-history"]
+CHILDREN = [
+    "llama", "auto", "float32", "deterministic", "eager", "llama-history", "llama-fa-history", "auto-history"
+]  # fmt: skip
 
 
 def cpu_line() -> str:
@@ -355,7 +366,14 @@ def main(argv: list[str] | None = None) -> int:
         "--history", action="store_true", help="the long-conversation sweep (0.5k to 7.5k tokens of history)"
     )
     parser.add_argument(
-        "--model", default="smollm2", help="a bundled model (smollm2, gemma3-270m) or a .gguf file, for both"
+        "--model",
+        default="smollm2",
+        help="a bundled model (smollm2, gemma3-270m), 1b (bench/model_1b.py's file) or a .gguf file, for both",
+    )
+    parser.add_argument(
+        "--big",
+        action="store_true",
+        help="a model brought by a user (issue 35): llama.cpp, radixchat compiled and eager, no float32 runs",
     )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--child", choices=CHILDREN, help=argparse.SUPPRESS)
@@ -366,11 +384,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(args)))
         return 0
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    names = (
-        ("llama-history", "llama-fa-history", "auto-history")
-        if args.history
-        else ("llama", "auto", "float32", "deterministic")
-    )
+    if args.history:
+        names: tuple[str, ...] = ("llama-history", "llama-fa-history", "auto-history")
+    else:
+        names = ("llama", "auto", "eager") if args.big else ("llama", "auto", "float32", "deterministic")
     results = {}
     for name in names:
         cmd = [
@@ -393,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
             return 1
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
-    (report_history if args.history else report)(results, args)
+    (report_history if args.history else report_big if args.big else report)(results, args)
     model = "" if args.model == "smollm2" else "_" + Path(args.model).stem
     args.json = args.json or Path(f"bench/results/vs_llama{model}{'_history' if args.history else ''}.json")
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -434,6 +451,38 @@ def report_history(results: dict, args: argparse.Namespace) -> None:
         )
     )
     print(f"\ndecode ratio at the longest history / at the shortest: **{last / first:.2f}** (target ≥ 0.9)")
+
+
+def report_big(results: dict, args: argparse.Namespace) -> None:
+    """Issue 35's table: a model a user brings, next to llama.cpp on its own GGUF."""
+    llama, auto, eager = results["llama"], results["auto"], results["eager"]
+    print(
+        f"# radixchat vs llama.cpp on {args.model} — {cpu_line()}; {args.threads} threads; median of {args.repeats}"
+    )
+    print(
+        f"command: python -m bench.vs_llama --big --model {args.model} --threads {args.threads} --repeats {args.repeats}\n"
+    )
+    print(f"radixchat: weights {auto['weights']}; compiled decode: {auto['decode_compiled']}\n")
+    print("| | llama.cpp | radixchat | radixchat eager | radixchat / llama.cpp | target |")
+    print("|---|---|---|---|---|---|")
+    d, e = (r["decode_tps"] / llama["decode_tps"] for r in (auto, eager))
+    print(
+        f"| decode, 1 stream (tok/s) | {llama['decode_tps']:.1f} | {auto['decode_tps']:.1f} | "
+        f"{eager['decode_tps']:.1f} | **{d:.2f}×** (eager {e:.2f}×) | ≥ 1.3×, also eager |"
+    )
+    lt, rt, et = (statistics.mean(r["chat_ttft"][1:]) * 1e3 for r in (llama, auto, eager))
+    print(
+        f"| chat TTFT, turns 2–6, mean (ms) | {lt:.0f} | {rt:.0f} | {et:.0f} | **{rt / lt:.2f}×** | ≤ 1.0× |"
+    )
+    lc, rc, ec = (r["cold_prefill_s"] * 1e3 for r in (llama, auto, eager))
+    print(
+        f"| cold prefill, {auto['cold_tokens']} tokens (ms) | {lc:.0f} | {rc:.0f} | {ec:.0f} | "
+        f"**{rc / lc:.2f}×** | ≤ 0.5× |"
+    )
+    a = auto["aggregate_tps"] / llama["decode_tps"]
+    print(
+        f"| decode, {STREAMS} streams aggregate (tok/s) | {llama['decode_tps']:.1f} (1 stream) | {auto['aggregate_tps']:.1f} | {eager['aggregate_tps']:.1f} | {a:.2f}× | – |"
+    )
 
 
 def report(results: dict, args: argparse.Namespace) -> None:

@@ -340,8 +340,21 @@ class DecodeGraphs:
 BUILDER_MEMORY_FACTOR = 2.0
 
 
+#: A packed model's builder maps the same weights file as the app (shared pages) and needs this much beside.
+PACKED_BUILDER_BYTES = 3 << 29
+
+
 def builder_memory_problem(model_path: Path) -> str | None:
     """Why a builder for the model at ``model_path`` should not start now (None: the memory is there)."""
+    from radixchat.engine.packed import WEIGHTS_FILE, is_packed
+
+    if is_packed(model_path):
+        need, have = (model_path / WEIGHTS_FILE).stat().st_size + PACKED_BUILDER_BYTES, available_memory()
+        return (
+            None
+            if need <= have
+            else f"its builder needs about {need / GIB:.1f} GiB and {have / GIB:.1f} GiB is available"
+        )
     params = parameter_count(model_path)
     if params is None:
         return None

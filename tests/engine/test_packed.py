@@ -274,3 +274,13 @@ def test_quality_guard_packed_gemma(gemma, gemma_tokenizer, tmp_path):
     """Gemma 3 270M packed (its Q4_K tensors as codes, its Q5_0/Q6_K/Q8_0 ones as float16, its 262k-row head
     in float16) passes the same guard."""
     _guard(_agreement("gemma3-270m", gemma[1], gemma_tokenizer, tmp_path))
+
+
+def test_a_packed_models_builder_waits_for_memory(tiny_packed, monkeypatch):
+    from radixchat.engine import decode_graph as G
+
+    lm, _ = tiny_packed
+    monkeypatch.setattr(G, "available_memory", lambda: 64 << 30)
+    assert G.builder_memory_problem(lm.path) is None
+    monkeypatch.setattr(G, "available_memory", lambda: 256 << 20)
+    assert "its builder needs about" in G.builder_memory_problem(lm.path)
