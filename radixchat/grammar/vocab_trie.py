@@ -209,9 +209,10 @@ def _derive(
             continue
         p = toks[lo][:d]
         a, z = lo - shift, hi - shift
-        if len(toks[lo]) == d:  # the token that is exactly this prefix (sorted first)
-            final[a], death[a], pre[a] = s, -1, 0
-            lo, a = lo + 1, a + 1
+        if len(toks[lo]) == d:  # the tokens that are exactly this prefix (sorted first; maybe several)
+            while lo < hi and len(toks[lo]) == d:  # Gemma's byte tokens repeat its one-byte pieces
+                final[a], death[a], pre[a] = s, -1, 0
+                lo, a = lo + 1, a + 1
             if lo >= hi:
                 continue
         bits = SPACE.diff_bits(s, sb)
