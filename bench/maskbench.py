@@ -2,6 +2,7 @@
 
     .venv/bin/pip install -e ".[bench]"          # llguidance, xgrammar (bench extra only)
     .venv/bin/python -m bench.maskbench          # 1,000-schema stratified sample, all three engines
+    .venv/bin/python -m bench.maskbench --tokenizer gemma3-270m   # the same on Gemma's 262k vocabulary
 
 Data (never committed): the JSON files of ``maskbench/data`` in a checkout of guidance-ai/jsonschemabench
 (``git clone --depth 1`` it, then ``--data jsonschemabench/maskbench/data``, or a checkout's root). The
