@@ -1,4 +1,4 @@
-"""Shared helpers: loading the default model twice (radix and sdpa), timing, and reporting ratios.
+"""Shared helpers: loading a model twice (radix and sdpa; SmolLM2 unless told), timing, and reporting ratios.
 
 Machines here are noisy: every figure is reported next to a baseline measured in the same run, as a
 ratio of medians over repeats.
@@ -57,18 +57,19 @@ def isolated(fn, *args, **kwargs):
     return box["result"]
 
 
-def _load() -> Models:
+def _load(model: str) -> Models:
     from transformers import AutoModelForCausalLM
 
-    loaded = load_model("smollm2", device="cpu", dtype="float32", cache_dir=default_cache_dir())
+    loaded = load_model(model, device="cpu", dtype="float32", cache_dir=default_cache_dir())
     ref = AutoModelForCausalLM.from_pretrained(
         loaded.path, dtype=torch.float32, attn_implementation="sdpa"
     ).eval()
     return Models(loaded, ref, loaded.tokenizer)
 
 
-def load_models() -> Models:
-    return isolated(_load)
+def load_models(model: str = "smollm2") -> Models:
+    """``model``: a bundled model's name (smollm2, gemma3-270m) or a path, as ``load_model`` takes."""
+    return isolated(_load, model)
 
 
 def long_text(tokenizer, n_tokens: int, seed_words: str = SYSTEM_WORDS) -> str:

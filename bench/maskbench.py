@@ -2,6 +2,7 @@
 
     .venv/bin/pip install -e ".[bench]"          # llguidance, xgrammar (bench extra only)
     .venv/bin/python -m bench.maskbench          # 1,000-schema stratified sample, all three engines
+    .venv/bin/python -m bench.maskbench --tokenizer gemma3-270m   # the same on Gemma's 262k vocabulary
 
 Data (never committed): the JSON files of ``maskbench/data`` in a checkout of guidance-ai/jsonschemabench
 (``git clone --depth 1`` it, then ``--data jsonschemabench/maskbench/data``, or a checkout's root). The
@@ -9,7 +10,11 @@ default is ``$RADIXCHAT_MASKBENCH_DATA``, else ``~/.cache/radixchat/maskbench/da
 schema and test instances flagged ``valid``.
 
 Method (the same for every engine):
-- vocabulary: SmolLM2's (the bundled model's tokenizer, 49,152 ids, EOS ``<|im_end|>``);
+- vocabulary: ``--tokenizer``'s, the same for every engine: SmolLM2's (the bundled model's, 49,152 ids,
+  EOS ``<|im_end|>``) by default, Gemma 3 270M's (``gemma3-270m``: 262,144 ids, EOS ``<end_of_turn>``,
+  id 106) or an HF tokenizer folder's. The EOS is the token that ends a chat reply: the first of the
+  engine's end-of-turn tokens (``radixchat.engine.loader.END_OF_TURN``) the vocabulary has as one
+  token, else the tokenizer's ``eos_token`` (Gemma's ``<eos>``, id 1, ends a document, not a reply);
 - each instance is written as compact JSON (``separators=(",", ":")``, ``ensure_ascii=False``) and
   tokenized once by that tokenizer; every engine sees the same ids;
 - per token: compute the mask (timed twice: wall time, and the process's CPU time, every thread
@@ -87,13 +92,27 @@ def stratified_sample(files: list[Path], n: int, seed: int, min_per: int) -> lis
     return out
 
 
-def load_tokenizer():
+def load_tokenizer(name: str):
+    """``(tokenizer, eos id)`` for ``--tokenizer``: a model alias (its converted folder) or an HF
+    tokenizer folder."""
     from transformers import AutoTokenizer
 
     from radixchat.config import default_cache_dir
-    from radixchat.engine.loader import resolve_model
+    from radixchat.engine.loader import END_OF_TURN, resolve_model
 
-    return AutoTokenizer.from_pretrained(resolve_model("smollm2", default_cache_dir())[1])
+    folder = Path(name) if Path(name).is_dir() else resolve_model(name, default_cache_dir())[1]
+    tok = AutoTokenizer.from_pretrained(folder)
+    vocab = tok.get_vocab()
+    eos = next((vocab[t] for t in END_OF_TURN if t in vocab), tok.eos_token_id)
+    if eos is None:
+        sys.exit(f"maskbench: the tokenizer in {folder} has no end-of-turn or EOS token")
+    return tok, eos
+
+
+def records(out: Path, tokenizer: str, name: str) -> Path:
+    """Where one engine's records go: SmolLM2's keep their old names."""
+    slug = "" if tokenizer == "smollm2" else re.sub(r"[^A-Za-z0-9.]+", "-", Path(tokenizer).name) + "-"
+    return out / f"maskbench-{slug}{name}.jsonl"
 
 
 # -- engines ---------------------------------------------------------------------------------------
@@ -227,9 +246,8 @@ def run_instance(engine, ids: list[int], eos: int, times: list[int], cpu: list[i
     raise AssertionError("unreachable")
 
 
-def worker(name: str, files: list[str], out: Path, time_limit: int) -> None:
-    tok = load_tokenizer()
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
+def worker(name: str, tokenizer: str, files: list[str], out: Path, time_limit: int) -> None:
+    tok, eos = load_tokenizer(tokenizer)
     vocab = len(tok)
     engine = make_engine(name, tok, vocab, eos)
     if name.startswith("radixchat"):
@@ -269,7 +287,9 @@ def worker(name: str, files: list[str], out: Path, time_limit: int) -> None:
     gc.unfreeze()  # as the CLI does on its way out (frozen extension objects are reported as leaks)
 
 
-def run_engine(name: str, files: list[Path], out: Path, time_limit: int, resume: bool = False) -> None:
+def run_engine(
+    name: str, tokenizer: str, files: list[Path], out: Path, time_limit: int, resume: bool = False
+) -> None:
     """Run the worker until every file has a record; a schema that kills it is recorded as a timeout.
     ``resume`` keeps the records already in ``out`` and runs only the files without one."""
     if not resume:
@@ -286,6 +306,8 @@ def run_engine(name: str, files: list[Path], out: Path, time_limit: int, resume:
             "bench.maskbench",
             "--worker",
             name,
+            "--tokenizer",
+            tokenizer,
             "--files",
             str(lst),
             "--out",
@@ -386,6 +408,12 @@ def main() -> None:
         "absent additionalProperties as JSON Schema does / as false (radixchat's default is auto), and "
         "radixchat-ap-true-any also takes members in any order (property_order='any'): JSON Schema's reading",
     )
+    ap.add_argument(
+        "--tokenizer",
+        default="smollm2",
+        help="every engine's vocabulary: smollm2, gemma3-270m (262k ids) or an HF tokenizer folder "
+        "(default: %(default)s)",
+    )
     ap.add_argument("--time-limit", type=int, default=120, help="seconds per schema and engine")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the per-schema records go")
     ap.add_argument("--table-only", action="store_true", help="print the table of existing records")
@@ -396,7 +424,7 @@ def main() -> None:
     ap.add_argument("--files", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker, args.files.read_text().splitlines(), args.out, args.time_limit)
+        worker(args.worker, args.tokenizer, args.files.read_text().splitlines(), args.out, args.time_limit)
         return
     engines = [e for e in args.engines.split(",") if e]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -410,9 +438,10 @@ def main() -> None:
         print(f"maskbench: {len(sample)} of {len(files)} schemas, seed {args.seed}", file=sys.stderr)
         for name in engines:
             t0 = time.time()
-            run_engine(name, sample, args.out / f"maskbench-{name}.jsonl", args.time_limit, args.resume)
+            out = records(args.out, args.tokenizer, name)
+            run_engine(name, args.tokenizer, sample, out, args.time_limit, args.resume)
             print(f"maskbench: {name} done in {time.time() - t0:.0f} s", file=sys.stderr)
-    print(table({name: summarize(args.out / f"maskbench-{name}.jsonl") for name in engines}))
+    print(table({name: summarize(records(args.out, args.tokenizer, name)) for name in engines}))
 
 
 if __name__ == "__main__":

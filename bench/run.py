@@ -1,4 +1,4 @@
-"""Run the benchmark workloads: ``python -m bench.run [workload ...] [--repeats N] [--json PATH]``."""
+"""Run the benchmark workloads: ``python -m bench.run [workload ...] [--model NAME] [--repeats N] [--json PATH]``."""
 
 from __future__ import annotations
 
@@ -22,13 +22,18 @@ WORKLOADS = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("workloads", nargs="*", choices=[*WORKLOADS, []], help="default: all")
+    parser.add_argument(
+        "--model",
+        default="smollm2",
+        help="a bundled model (smollm2, gemma3-270m) or a path (default: %(default)s)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=Path("bench/results/latest.json"))
     args = parser.parse_args(argv)
     names = args.workloads or list(WORKLOADS)
-    models = load_models()
+    models = load_models(args.model)
     reports = []
-    print(f"# radixchat benchmarks: {', '.join(names)} (repeats={args.repeats})")
+    print(f"# radixchat benchmarks: {', '.join(names)} on {args.model} (repeats={args.repeats})")
     print(f"command: python -m bench.run {' '.join(sys.argv[1:])}".rstrip())
     for name in names:
         started = time.perf_counter()

@@ -213,10 +213,11 @@ def walk_run(
     while todo:
         s, p, lo, hi = todo.pop()
         d = len(p)
-        if d and toks[lo] == p:  # the token that is exactly this prefix (sorted first)
-            in_pos.append(lo)
-            in_fin.append(s)
-            lo += 1
+        if d and toks[lo] == p:  # the tokens that are exactly this prefix (sorted first; maybe several:
+            while lo < hi and toks[lo] == p:  # Gemma's byte tokens repeat its one-byte pieces)
+                in_pos.append(lo)
+                in_fin.append(s)
+                lo += 1
             if lo >= hi:
                 continue
         live_b = live_bytes(s)
