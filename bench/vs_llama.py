@@ -221,7 +221,11 @@ async def _radixchat(
 
     # No disk KV store: "cold" must be cold, and the chat must come from the radix tree alone.
     settings = Settings(
-        model=str(gguf_path()) if MODEL == "1b" else MODEL, weights=weights, compile=compile_, kv_store=False, deterministic=deterministic
+        model=str(gguf_path()) if MODEL == "1b" else MODEL,
+        weights=weights,
+        compile=compile_,
+        kv_store=False,
+        deterministic=deterministic,
     )
     engine = engine_from_settings(settings)
     tok = engine.tokenizer

@@ -107,8 +107,8 @@ def _int4_bf16_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
     buf = getattr(_scratch, "w", None)
     if buf is None or buf.numel() < n * k:
         buf = _scratch.w = torch.empty(n * k, dtype=torch.bfloat16)
-    w = torch.ops.radixchat.int4_dequant(layer.w_int4, layer.sz_int4, buf[: n * k].view(n, k))
-    out = F.linear(x.reshape(-1, k).to(torch.bfloat16), w).reshape(*x.shape[:-1], n).to(x.dtype)
+    wt = torch.ops.radixchat.int4_dequant(layer.w_int4, layer.sz_int4, buf[: n * k].view(k, n))  # [K, N]
+    out = F.linear(x.reshape(-1, k).to(torch.bfloat16), wt.t()).reshape(*x.shape[:-1], n).to(x.dtype)
     return out if layer.bias is None else out + layer.bias
 
 

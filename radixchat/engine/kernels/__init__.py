@@ -144,6 +144,10 @@ def _register_fake() -> None:
     def _(q, k, v, slots, lens, scale, window):  # noqa: ANN001, ANN202
         return q.new_empty(q.shape).contiguous()
 
+    @torch.library.register_fake("radixchat::int4_dequant")
+    def _(packed, sz, out):  # noqa: ANN001, ANN202
+        return out
+
 
 def int4_dequant_ready() -> bool:
     """Whether ``torch.ops.radixchat.int4_dequant`` is loaded (by ``load_paged_attention``, which builds the one
