@@ -284,3 +284,18 @@ def test_a_packed_models_builder_waits_for_memory(tiny_packed, monkeypatch):
     assert G.builder_memory_problem(lm.path) is None
     monkeypatch.setattr(G, "available_memory", lambda: 256 << 20)
     assert "its builder needs about" in G.builder_memory_problem(lm.path)
+
+
+def test_the_parameter_count_reads_only_the_tensor_table(tiny_gguf, tmp_path):
+    """Every GGUF start asks whether to pack: the count skips the metadata gguf-py parses (4 s for a 49k vocabulary)."""
+    from gguf import GGUFReader
+
+    from radixchat.bundled import SMOLLM2
+    from radixchat.config import default_cache_dir
+    from radixchat.engine.model_size import gguf_parameter_count, parameter_count
+
+    for path in (tiny_gguf, SMOLLM2.gguf(default_cache_dir())):
+        assert gguf_parameter_count(path) == sum(int(t.n_elements) for t in GGUFReader(str(path)).tensors)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"NOPE" + b"\0" * 40)
+    assert parameter_count(junk) is None
