@@ -16,13 +16,8 @@ memory-mapped (``<name>-<key>-packed/``, see ``packed.py``).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +28,7 @@ import torch
 import radixchat.engine.attention as attention  # registers the "radix" attention function
 from radixchat.bundled import SMOLLM2, bundled_model
 from radixchat.engine import packed
+from radixchat.engine.model_dir import build_once, file_key
 from radixchat.engine.model_size import check_fits
 from radixchat.engine.weights import PACKED, WeightsPlan, apply_weights, check_weights_format
 from radixchat.errors import ModelLoadError
@@ -146,26 +142,16 @@ def _download(repo_id: str, progress: Progress | None) -> Path:
         ) from None
 
 
-def _gguf_key(path: Path) -> str:
-    st = path.stat()
-    return hashlib.sha1(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
-
-
 def convert_gguf(path: Path, cache_dir: Path, name: str, progress: Progress | None = None) -> Path:
     """Dequantize a GGUF file into a safetensors model directory, once; return the directory."""
-    target = cache_dir / "models" / f"{name}-{_gguf_key(path)}"
-    if (target / CONVERTED_MARKER).is_file():
-        return target
-    check_fits(path, path.name)  # converting holds the whole model as float32
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    target = cache_dir / "models" / f"{name}-{file_key(path)}"
+    if not (target / CONVERTED_MARKER).is_file():
+        check_fits(path, path.name)  # converting holds the whole model as float32
 
-    say = progress or (lambda msg: print(f"radixchat: {msg}", file=sys.stderr, flush=True))
-    say(f"converting {path.name} to safetensors (one time, about 15 s) ...")
-    started = time.perf_counter()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+    def write(tmp: Path) -> None:
+        from safetensors.torch import save_file
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
         with _progress_bars(enabled=progress is None and sys.stderr.isatty()):
             tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
             model = AutoModelForCausalLM.from_pretrained(
@@ -181,20 +167,17 @@ def convert_gguf(path: Path, cache_dir: Path, name: str, progress: Progress | No
         tensors = {k: v.contiguous() for k, v in state.items() if not (tied and k == "lm_head.weight")}
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         tokenizer.save_pretrained(tmp)
-        (tmp / CONVERTED_MARKER).write_text(json.dumps({"source": str(path), "key": _gguf_key(path)}))
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished the same conversion first
-            if not (target / CONVERTED_MARKER).is_file():
-                raise
-    except ModelLoadError:
-        raise
-    except Exception as exc:
-        raise ModelLoadError(f"cannot convert {path}: {exc}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    say(f"converted in {time.perf_counter() - started:.1f} s -> {target}")
-    return target
+        (tmp / CONVERTED_MARKER).write_text(json.dumps({"source": str(path), "key": file_key(path)}))
+
+    return build_once(
+        target,
+        write,
+        lambda t: (t / CONVERTED_MARKER).is_file(),
+        source=path,
+        verb="convert",
+        doing=f"converting {path.name} to safetensors (one time, about 15 s) ...",
+        progress=progress,
+    )
 
 
 class _progress_bars:

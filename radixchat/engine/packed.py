@@ -27,11 +27,6 @@ import functools
 import hashlib
 import json
 import mmap
-import os
-import shutil
-import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +35,7 @@ from torch import nn
 
 from radixchat.engine import weights as W
 from radixchat.engine.attention import ATTN_NAME
+from radixchat.engine.model_dir import build_once, file_key
 from radixchat.engine.model_size import GIB, available_memory, parameter_count
 from radixchat.errors import ModelLoadError
 
@@ -85,9 +81,7 @@ def layout_fingerprint() -> str:
 
 
 def packed_dir(gguf: Path, cache_dir: Path, name: str) -> Path:
-    st = gguf.stat()
-    key = hashlib.sha1(f"{gguf}:{st.st_size}:{st.st_mtime_ns}:{FORMAT_VERSION}".encode()).hexdigest()[:12]
-    return cache_dir / "models" / f"{name}-{key}-packed"
+    return cache_dir / "models" / f"{name}-{file_key(gguf, f':{FORMAT_VERSION}')}-packed"
 
 
 def is_packed(path: Path) -> bool:
@@ -114,31 +108,14 @@ def convert(gguf: Path, cache_dir: Path, name: str, progress: Any = None) -> Pat
             f"{name} needs about {need / GIB:.1f} GiB of memory ({params / 1e9:.2f} B parameters as int4) "
             f"and this machine has {have / GIB:.1f} GiB available"
         )
-    say = progress or (lambda msg: print(f"radixchat: {msg}", file=sys.stderr, flush=True))
-    say(f"packing {gguf.name} for this CPU (int4, one time) ...")
-    started = time.perf_counter()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+
+    def write(tmp: Path) -> None:
         _write(gguf, tmp)
         marker = {"source": str(gguf), "version": FORMAT_VERSION, "layout": layout_fingerprint()}
         (tmp / PACKED_MARKER).write_text(json.dumps(marker))
-        shutil.rmtree(target, ignore_errors=True)  # a stale one (another layout, an older version)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished the same conversion first
-            if not _current(target):
-                raise
-    except ModelLoadError:
-        raise
-    except Exception as exc:
-        raise ModelLoadError(
-            f"cannot pack {gguf}: {str(exc).splitlines()[0][:300] if str(exc) else exc!r}"
-        ) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    say(f"packed in {time.perf_counter() - started:.1f} s -> {target}")
-    return target
+
+    doing = f"packing {gguf.name} for this CPU (int4, one time) ..."
+    return build_once(target, write, _current, source=gguf, verb="pack", doing=doing, progress=progress)
 
 
 def _skeleton(config: Any, attn: str = ATTN_NAME) -> nn.Module:
