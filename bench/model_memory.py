@@ -19,6 +19,7 @@ against llama.cpp's median in the same invocation.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -45,10 +46,8 @@ print(len(out["choices"][0]["message"]["content"]))
 def _rss_tree(pids: list[int]) -> int:
     total = 0
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.Error):  # a process that has just exited
             total += psutil.Process(pid).memory_info().rss
-        except psutil.Error:
-            pass
     return total
 
 

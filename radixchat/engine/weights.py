@@ -19,7 +19,8 @@ Kernels (a format is the set of kernels it may use):
 The LM head is the exception: every format computes it in float16 or float32 (see ``HEAD_FORMATS``).
 
 A *packed* model (``packed.py``: a model too big to keep a float32 copy of) has no float32 weights at all: its
-layers hold only the int4 codes (memory-mapped from disk) and its head only float16. Its format ``packed``
+layers hold only the int4 codes (memory-mapped from disk; float16 where the file stored more than 4 bits) and
+its head float16, or the file's own int4 codes where the file stored it in 4 bits. Its format ``packed``
 has two layer kernels: ``int4``, and ``int4-bf16``, which unpacks a layer's codes into a reused bfloat16
 matrix (a native kernel, ``kernels/int4_dequant.cpp``) and multiplies in bfloat16 — 2-3x faster than ``int4``
 for a prefill chunk of hundreds of rows. The probe picks between them per row count, as for any format.
