@@ -56,7 +56,7 @@ _STRING, _ARRAY = 8, 9
 
 def gguf_parameter_count(path: Path) -> int:
     """The parameters of a GGUF file, from its header's tensor table. gguf-py's reader parses every metadata
-    value into numpy views first (4 s for a 49k-token vocabulary): this skips over them."""
+    value into numpy views first, which takes seconds for a large vocabulary: this skips over them."""
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         if data[:4] != b"GGUF":
             raise ValueError(f"{path.name} is not a GGUF file")

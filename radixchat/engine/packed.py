@@ -1,13 +1,13 @@
 """Packed models: a GGUF converted tensor by tensor into the engine's runtime format, kept on disk, memory-mapped.
 
-A model whose float32 copy would crowd the machine (``use_packed``: a 1B model is 5 GB of float32 beside a
-0.7 GB Q4_0 file) is never dequantized whole. ``convert`` reads the GGUF one tensor at a time (gguf-py maps the
+A model whose float32 copy would crowd the machine (``use_packed``; float32 takes about seven times a Q4_0
+file's bytes) is never dequantized whole. ``convert`` reads the GGUF one tensor at a time (gguf-py maps the
 file), dequantizes that tensor, and stores it as the engine multiplies it:
 
 - a linear layer stored in 4 bits (Q4_0, Q4_1, Q4_K) as its own codes, in torch's CPU int4 layout, with its
   group scales and minimums as bfloat16 per group of 32 (read from the blocks, never requantized);
 - a linear layer stored in more bits (Q5_0, Q5_K, Q6_K, Q8_0, F16, BF16), or whose shape int4 cannot hold, as
-  float16: requantizing it to 4 bits lost a quarter of Gemma 3's top-1 tokens;
+  float16: requantizing it to 4 bits failed the quality guard (on Gemma 3's Q5_0 tensors);
 - the token embedding as float16 (a lookup touches only its rows); the LM head as the file's int4 codes where
   the file stores it (or the embedding it is tied to) in 4 bits, else float16 (a tied head then multiplies
   the embedding's own rows);
@@ -61,8 +61,7 @@ def _row_processors() -> tuple[type, ...]:
 
 def use_packed(gguf: Path) -> bool:
     """Whether ``weights = auto`` packs this GGUF: its float32 copy would take more than ``FLOAT32_SHARE`` of
-    the memory available now (the bundled 135M model's 0.5 GB never does; a 1B model's 5 GB does on a 24 GB
-    machine)."""
+    the memory available now (never the bundled 135M model on a machine that runs the app)."""
     params = parameter_count(gguf)
     return params is not None and params * 4 > FLOAT32_SHARE * available_memory()
 
@@ -306,9 +305,11 @@ def load(path: Path, attn: str = ATTN_NAME) -> nn.Module:
     wrapper = HalfEmbedding(embedding, rows)
     parent_name, _, child = embed_name.rpartition(".")
     setattr(model.get_submodule(parent_name), child, wrapper)
-    for group, layers in W._swap(model).items():
+    groups = W._swap(model)
+    names = {id(mod): name for name, mod in model.named_modules()}
+    for group, layers in groups.items():
         for layer in layers:
-            name = _name_of(model, layer)
+            name = names[id(layer)]
             if group == "head" and not any(f"{name}.{k}" in state for k in ("w_float16", "w_int4")):
                 # tied, in more than 4 bits: the head multiplies the embedding's own float16 rows
                 layer.register_buffer("w_float16", rows, persistent=False)

@@ -22,7 +22,7 @@ A *packed* model (``packed.py``: a model too big to keep a float32 copy of) has 
 layers hold only the int4 codes (memory-mapped from disk; float16 where the file stored more than 4 bits) and
 its head float16, or the file's own int4 codes where the file stored it in 4 bits. Its format ``packed``
 has two layer kernels: ``int4``, and ``int4-bf16``, which unpacks a layer's codes into a reused bfloat16
-matrix (a native kernel, ``kernels/int4_dequant.cpp``) and multiplies in bfloat16 — 2-3x faster than ``int4``
+matrix (a native kernel, ``kernels/int4_dequant.cpp``) and multiplies in bfloat16, faster than ``int4``
 for a prefill chunk of hundreds of rows. The probe picks between them per row count, as for any format.
 """
 

@@ -247,8 +247,8 @@ def _levels(trie: Trie, roots: np.ndarray, states: np.ndarray) -> tuple[np.ndarr
     ``states``, the lexer states after their first byte. Returns ``(final, death, pre)`` of the tokens
     of those subtrees, in order (of every token when ``roots`` are all the level-0 nodes; a subtree
     from DEAD reads as never dying: the caller says where its tokens died)."""
-    # Only the subtrees' nodes are written, and read. Kept across calls: fresh, they were 7 MB of new
-    # pages per run of Gemma's 588k-prefix trie, faulted in at ~10 µs a page (25 ms in one mask).
+    # Only the subtrees' nodes are written, and read. Kept across calls: fresh arrays for a large trie are
+    # megabytes of new pages per run, each faulted in (docs/benchmarks.md section 4c).
     out = getattr(trie.scratch, "nodes", None)
     if out is None:
         out = trie.scratch.nodes = np.empty((3, trie.off[-1]), dtype=np.int32)

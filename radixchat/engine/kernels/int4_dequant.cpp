@@ -1,7 +1,8 @@
 // int4 weights (the layout of torch's CPU int4 matmul) back to a bfloat16 matrix, for prefill chunks.
 //
 // A packed model (radixchat/engine/packed.py) keeps its linear layers only as 4-bit codes: the int4 matmul
-// streams them in a decode step, but for a prefill chunk of hundreds of rows a bfloat16 GEMM is 2-3x faster.
+// streams them in a decode step, but for a prefill chunk of hundreds of rows a bfloat16 GEMM is faster
+// (docs/benchmarks.md section 12).
 // This unpacks one layer into a reused bfloat16 buffer, transposed ([K, N]: each code byte gives 64 consecutive
 // outputs, so every loop is a straight vector loop), at close to memory speed; a chunk pays one pass over the
 // codes instead of the int4 kernel's per-row work.
