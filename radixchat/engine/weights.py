@@ -21,9 +21,10 @@ The LM head is the exception: every format computes it in float16 or float32 (se
 A *packed* model (``packed.py``: a model too big to keep a float32 copy of) has no float32 weights at all: its
 layers hold only the int4 codes (memory-mapped from disk; float16 where the file stored more than 4 bits) and
 its head float16, or the file's own int4 codes where the file stored it in 4 bits. Its format ``packed``
-has two layer kernels: ``int4``, and ``int4-bf16``, which unpacks a layer's codes into a reused bfloat16
-matrix (a native kernel, ``kernels/int4_dequant.cpp``) and multiplies in bfloat16, faster than ``int4``
-for a prefill chunk of hundreds of rows. The probe picks between them per row count, as for any format.
+has three layer kernels: ``int4``; ``int4-gemv``, a native product of a few rows with the codes
+(``kernels/int4.cpp``) that streams them at memory speed, for decode steps; and ``int4-bf16``, which unpacks a
+layer's codes into a reused bfloat16 matrix (native too) and multiplies in bfloat16, for a prefill chunk of
+hundreds of rows. The probe picks among them per row count, as for any format.
 """
 
 from __future__ import annotations
@@ -46,15 +47,15 @@ log = logging.getLogger(__name__)
 
 KERNELS = ("float32", "bfloat16", "float16", "int4")
 PACKED = "packed"
-#: What a packed model's probe times: its layers' two kernels and its head's one.
-PACKED_KERNELS = ("int4", "int4-bf16", "float16")
+#: What a packed model's probe times: its layers' three kernels and its head's two.
+PACKED_KERNELS = ("int4-gemv", "int4", "int4-bf16", "float16")
 # Each format may use these kernels (the probe picks one per row count among them).
 FORMATS: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
     "bfloat16": ("bfloat16", "float32"),
     "float16": ("float16", "bfloat16", "float32"),
     "int4": ("int4", "bfloat16", "float32"),
-    PACKED: ("int4", "int4-bf16"),
+    PACKED: ("int4-gemv", "int4", "int4-bf16"),
 }
 WEIGHTS_CHOICES = ("auto", *FORMATS)
 # The LM head's output is the logits: rounded to bfloat16 (8-bit mantissa) or computed from 4-bit weights, the
@@ -69,7 +70,7 @@ HEAD_FORMATS: dict[str, tuple[str, ...]] = {
     "int4": ("float32",),
     # A packed model keeps no float32 copy: its head is float16 (as the float16 and bfloat16 formats' is), or
     # the file's own 4-bit codes where the file stores the head (or the tied embedding) in 4 bits.
-    PACKED: ("int4", "float16"),
+    PACKED: ("int4-gemv", "int4", "float16"),
 }
 #: A lossy kernel is planned instead of float32 only when it is at least this much faster: a smaller gain
 #: is within the probe's noise and not worth the precision.
@@ -96,6 +97,13 @@ def _half(dtype: torch.dtype) -> Callable[[FormatLinear, torch.Tensor], torch.Te
 def _int4_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
     rows = x.reshape(-1, layer.in_features).to(torch.bfloat16)
     out = torch._weight_int4pack_mm_for_cpu(rows, layer.w_int4, INT4_GROUP, layer.sz_int4)
+    out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
+    return out if layer.bias is None else out + layer.bias
+
+
+def _int4_gemv_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
+    rows = x.reshape(-1, layer.in_features)
+    out = torch.ops.radixchat.int4_gemv(rows, layer.w_int4, layer.sz_int4)
     out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
     return out if layer.bias is None else out + layer.bias
 
@@ -136,9 +144,18 @@ _MM: dict[str, Callable[[FormatLinear, torch.Tensor], torch.Tensor]] = {
     "float16": _half(torch.float16),
     "int4": _int4_mm,
     "int4-bf16": _int4_bf16_mm,
+    "int4-gemv": _int4_gemv_mm,
 }
 #: The compact copy each kernel multiplies (int4-bf16 unpacks the int4 codes).
-_BUFFER = {"bfloat16": "bfloat16", "float16": "float16", "int4": "int4", "int4-bf16": "int4"}
+_BUFFER = {
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "int4": "int4",
+    "int4-bf16": "int4",
+    "int4-gemv": "int4",
+}
+#: The kernels of the native library (``kernels/int4.cpp``), which a start may fail to build or load.
+NATIVE = ("int4-bf16", "int4-gemv")
 
 
 def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -164,7 +181,7 @@ def kernel_fits(kernel: str, layer: nn.Module) -> bool:
         return False  # a packed layer: only what was stored
     if kernel == "int4":
         return k % INT4_GROUP == 0 and n % 16 == 0
-    if kernel == "int4-bf16":  # the unpacking kernel reads rows in blocks of 64
+    if kernel in NATIVE:  # the native kernels read rows in blocks of 64
         return k % INT4_GROUP == 0 and n % 64 == 0
     return True
 
@@ -206,10 +223,10 @@ def kernel_unavailable(kernel: str, device: torch.device) -> str | None:
         return "compact weights formats run on the CPU only (on CUDA, use --dtype)"
     if kernel not in _capable:
         try:
-            if kernel == "int4-bf16":
-                from radixchat.engine.kernels import int4_dequant_ready, load_paged_attention
+            if kernel in NATIVE:
+                from radixchat.engine.kernels import int4_ready, load_paged_attention
 
-                if not int4_dequant_ready() and (why := load_paged_attention()) is not None:
+                if not int4_ready() and (why := load_paged_attention()) is not None:
                     raise RuntimeError(f"native kernels unavailable ({why})")
             w = torch.randn(64, 2 * INT4_GROUP)
             layer = FormatLinear(nn.Linear(2 * INT4_GROUP, 64, bias=False), "probe")
@@ -218,7 +235,7 @@ def kernel_unavailable(kernel: str, device: torch.device) -> str | None:
             x = torch.randn(3, 2 * INT4_GROUP)
             got = _MM[kernel](layer, x)
             assert got.shape == (3, 64) and bool(torch.isfinite(got).all())
-            if kernel == "int4-bf16":  # the unpacking must read torch's int4 layout as the int4 kernel does
+            if kernel in NATIVE:  # a native kernel must read torch's int4 layout as the int4 kernel does
                 want = _int4_mm(layer, x)
                 assert (got - want).abs().max() <= 0.02 * want.abs().max(), "int4 layout differs"
             _capable[kernel] = None
@@ -364,7 +381,7 @@ class _Rows(nn.Module):
             if hasattr(linear, f"w_{half}"):
                 self.register_buffer(f"w_{half}", getattr(linear, f"w_{half}")[lo:hi], persistent=False)
         if hasattr(linear, "w_int4") and lo % 64 == 0 and (hi % 64 == 0 or hi == linear.out_features):
-            # int4 rows lie in blocks of 64 (see kernels/int4_dequant.cpp): a part of whole blocks is a slice
+            # int4 rows lie in blocks of 64 (see kernels/int4.cpp): a part of whole blocks is a slice
             half = linear.in_features // 2
             self.register_buffer(
                 "w_int4", linear.w_int4.view(-1)[lo * half : hi * half].view(-1, half), False
@@ -585,7 +602,9 @@ def load_or_probe(model: nn.Module, cache_dir: Path, device: torch.device, progr
     start finds the machine quiet: that start measures again and replaces it."""
     groups = _groups(model)
     packed = any(lin.weight is None for items in groups.values() for _, _, lin in items)
-    signature = _signature(groups) + (" " + PACKED if packed else "")
+    kernels = PACKED_KERNELS if packed else KERNELS
+    # the kernels are part of the key: a start with a new kernel measures it instead of reusing a probe without it
+    signature = _signature(groups) + (" " + PACKED if packed else "") + " [" + ",".join(kernels) + "]"
     cached = read_probes(cache_dir).get(signature)
     load = cpu_load()
     if isinstance(cached, dict) and isinstance(cached.get("timings"), dict):
@@ -596,9 +615,9 @@ def load_or_probe(model: nn.Module, cache_dir: Path, device: torch.device, progr
             cached["load"],
         )
     if packed:
-        timings = run_probe(model, PACKED_KERNELS, progress, HEAD_FORMATS[PACKED])
+        timings = run_probe(model, kernels, progress, HEAD_FORMATS[PACKED])
     else:
-        timings = run_probe(model, KERNELS, progress)
+        timings = run_probe(model, kernels, progress)
     try:
         write_probe(
             cache_dir,

@@ -68,8 +68,35 @@ def test_codes_and_group_scales_are_read_from_the_blocks_exactly(kind):
     layer.register_buffer("sz_int4", sz)
     x = torch.randn(3, cols)
     want = x @ torch.from_numpy(dequantize(blocks, t)).T
-    got = W._int4_mm(layer, x)
-    assert (got - want).abs().max() <= 0.02 * want.abs().max()
+    assert W.kernel_unavailable("int4-gemv", CPU) is None  # the native library is built and loaded
+    for mm in (W._int4_mm, W._int4_gemv_mm):
+        got = mm(layer, x)
+        assert (got - want).abs().max() <= 0.02 * want.abs().max(), mm.__name__
+
+
+@pytest.mark.parametrize("k", [64, 2048])
+def test_int4_gemv_is_the_exact_product_of_the_codes_and_each_row_is_batch_invariant(k):
+    """The native decode product against float64 arithmetic on the same codes, scales and bfloat16-rounded
+    activations; and a row's result is the same bits however many rows come with it, wherever it sits."""
+    assert W.kernel_unavailable("int4-gemv", CPU) is None  # built and checked against torch's int4 layout
+    n = 192
+    gen = torch.Generator().manual_seed(k)
+    codes = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.int32)
+    scale = torch.rand(n, k // 32, generator=gen) * 0.02 + 1e-3
+    low = -8 * scale + torch.randn(n, k // 32, generator=gen) * 1e-3
+    w_int4, sz = packed._pack_codes(codes.numpy().astype(np.uint8), scale.numpy(), low.numpy())
+    layer = W.FormatLinear(torch.nn.Linear(k, n, bias=False, device="meta"), "layers")
+    layer.register_buffer("w_int4", w_int4)
+    layer.register_buffer("sz_int4", sz)
+    s, off = sz.double().unbind(-1)  # [groups, n]: the kernel's (q - 8) * scale + offset
+    w = (codes.double().view(n, -1, 32) - 8) * s.T[..., None] + off.T[..., None]
+    x = torch.randn(9, k, generator=gen)
+    want = x.to(torch.bfloat16).double() @ w.view(n, k).T
+    full = torch.ops.radixchat.int4_gemv(x, w_int4, sz)
+    assert full.dtype == torch.float32 and full.shape == (9, n)
+    assert (full.double() - want).abs().max() <= 1e-5 * want.abs().max() * (k / 64) ** 0.5
+    for lo, hi in ((0, 1), (3, 4), (8, 9), (0, 3), (1, 6), (2, 9)):
+        assert torch.equal(torch.ops.radixchat.int4_gemv(x[lo:hi], w_int4, sz), full[lo:hi]), (lo, hi)
 
 
 def test_a_packed_model_has_no_float32_weights(tiny_packed):
@@ -79,7 +106,10 @@ def test_a_packed_model_has_no_float32_weights(tiny_packed):
     assert linears and all(lin.weight is None for lin in linears)
     assert all(hasattr(lin, "w_int4") for lin in linears)  # every layer and the head: the file's 4-bit codes
     head = lm.model.get_output_embeddings()
-    assert not hasattr(head, "w_float16") and {k for _, k in head.table} == {"int4"}
+    assert not hasattr(head, "w_float16") and {k for _, k in head.table} <= {
+        "int4",
+        "int4-gemv",
+    }  # products of its int4 codes
     assert lm.model.get_input_embeddings().weight.dtype == torch.float16  # the lookup's rows
     big = [
         name
@@ -108,7 +138,7 @@ def test_packed_model_stays_close_to_the_float32_model_of_the_same_file(tiny_ggu
     ids = torch.randint(0, 49152, (1, 40), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         want = exact(ids, use_cache=False).logits.float()
-        for kernel in ("int4", "int4-bf16"):
+        for kernel in ("int4", "int4-gemv", "int4-bf16"):
             W.install_plan(model, _one_kernel(kernel))
             got = model(ids, use_cache=False).logits.float()
             assert (got - want).abs().max() <= 0.05 * want.abs().max(), kernel
@@ -125,11 +155,12 @@ def _one_kernel(kernel: str) -> W.WeightsPlan:
     return W.WeightsPlan("packed", {"layers": ((1 << 62, kernel),), "head": ((1 << 62, "float16"),)})
 
 
-def test_engine_greedy_equals_transformers_on_the_packed_model(tiny_packed):
+@pytest.mark.parametrize("kernel", ["int4", "int4-gemv"])
+def test_engine_greedy_equals_transformers_on_the_packed_model(tiny_packed, kernel):
     """Equality on the packed weights: chunked prefill, two streams batched, then a cache hit, against plain
     transformers generate over the same packed weights (one kernel for every row count on both)."""
     lm, _ = tiny_packed
-    plan = _one_kernel("int4")
+    plan = _one_kernel(kernel)
     ref = packed.load(lm.path, attn="sdpa")
     for m in (lm.model, ref):
         W.install_plan(m, plan)
@@ -159,7 +190,7 @@ def test_compiled_decode_step_runs_the_packed_model(tiny_packed, tmp_path, monke
     lm, _ = tiny_packed
     if why := G.compile_unavailable(lm.model, CPU):
         pytest.skip(why)
-    plan = _one_kernel("int4")
+    plan = _one_kernel("int4-gemv")  # the decode kernel the probe plans: a native op inside the graph
     ref = packed.load(lm.path, attn="sdpa")
     for m in (lm.model, ref):
         W.install_plan(m, plan)
@@ -251,7 +282,7 @@ def _agreement(
     # Both real models store their (tied) embedding in 8 bits: the head multiplies its float16 rows.
     assert model.get_output_embeddings().w_float16 is model.get_input_embeddings().weight
     out = []
-    for kernel in ("int4", "int4-bf16"):
+    for kernel in ("int4", "int4-gemv", "int4-bf16"):
         W.install_plan(model, _one_kernel(kernel))
         with torch.inference_mode():
             logits = model(x, use_cache=False).logits[0, :-1].float()

@@ -1,0 +1,255 @@
+// Products with int4 weights in the layout of torch's CPU int4 matmul, for packed models (radixchat/engine/packed.py).
+//
+// int4_gemv: a few rows times the codes, for decode steps. Each thread streams whole 64-row blocks of codes once,
+// multiplies the codes (0..15) with the float32 activations, sums a group of 32 inputs, and only then applies the
+// group's scale and offset: offset * sum(x) for the group, so the inner loop is one multiply-add per code and row.
+// A row's sums run in the same order however many rows come with it (its result does not depend on its batch).
+//
+// int4_dequant: the weights back to a bfloat16 matrix, for prefill chunks.
+//
+// A packed model (radixchat/engine/packed.py) keeps its linear layers only as 4-bit codes: the int4 matmul
+// streams them in a decode step, but for a prefill chunk of hundreds of rows a bfloat16 GEMM is faster
+// (docs/benchmarks.md section 12).
+// This unpacks one layer into a reused bfloat16 buffer, transposed ([K, N]: each code byte gives 64 consecutive
+// outputs, so every loop is a straight vector loop), at close to memory speed; a chunk pays one pass over the
+// codes instead of the int4 kernel's per-row work.
+//
+// Layout (torch._convert_weight_to_int4pack_for_cpu, checked against torch at load by
+// radixchat/engine/weights.py): rows in blocks of 64; block b is [K][32] bytes, byte j of column k holding
+// row b*64+j in its low nibble and row b*64+32+j in its high one. Scales and offsets are [K/32][N][2]
+// bfloat16, and a weight is (code - 8) * scale + offset.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace radixchat {
+namespace {
+
+constexpr int64_t BLOCK_N = 64;
+constexpr int64_t GROUP = 32;
+
+// float to bfloat16, rounded to nearest even (finite values), in integer operations the compiler vectorizes.
+inline uint16_t bf16(float w) {
+  uint32_t bits;
+  std::memcpy(&bits, &w, sizeof bits);
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+at::Tensor int4_dequant(const at::Tensor& packed, const at::Tensor& sz, at::Tensor out) {
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "int4_dequant: packed must be uint8");
+  TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() && sz.dim() == 3, "int4_dequant: bad sz");
+  TORCH_CHECK(out.scalar_type() == at::kBFloat16 && out.is_contiguous() && out.dim() == 2, "int4_dequant: bad out");
+  const int64_t K = out.size(0), N = out.size(1);  // out is the transposed weight, [K, N]
+  TORCH_CHECK(N % BLOCK_N == 0 && K % GROUP == 0, "int4_dequant: N must be a multiple of 64, K of 32");
+  TORCH_CHECK(packed.numel() == N * K / 2 && sz.size(0) == K / GROUP && sz.size(1) == N, "int4_dequant: shapes");
+  const uint8_t* p = packed.data_ptr<uint8_t>();
+  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
+  uint16_t* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const int64_t groups = K / GROUP, blocks = N / BLOCK_N;
+  at::parallel_for(0, blocks * groups, 1, [&](int64_t begin, int64_t end) {
+    float scale[BLOCK_N], offset[BLOCK_N];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / groups, g = item % groups;
+      for (int64_t c = 0; c < BLOCK_N; ++c) {
+        const int64_t n = b * BLOCK_N + c;
+        scale[c] = static_cast<float>(s[(g * N + n) * 2]);
+        offset[c] = static_cast<float>(s[(g * N + n) * 2 + 1]) - 8.0f * scale[c];
+      }
+      for (int64_t kk = 0; kk < GROUP; ++kk) {
+        const int64_t k = g * GROUP + kk;
+        const uint8_t* src = p + (b * K + k) * 32;  // 32 bytes: rows c (low nibble) and c + 32 (high)
+        uint16_t* dst = o + k * N + b * BLOCK_N;  // 64 consecutive rows of column k
+        for (int64_t c = 0; c < 32; ++c) dst[c] = bf16(static_cast<float>(src[c] & 15) * scale[c] + offset[c]);
+        for (int64_t c = 0; c < 32; ++c) {
+          dst[32 + c] = bf16(static_cast<float>(src[c] >> 4) * scale[32 + c] + offset[32 + c]);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// x [M, K]; returns [M, N] float32. Rows are taken in tiles of up to ROWS; a tile's codes are unpacked once per
+// input and multiplied into each of its rows. A row's arithmetic is the same in every tile (batch invariance).
+constexpr int64_t ROWS = 4;
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+// AVX-512 BF16: codes become bfloat16 by or-ing them into the mantissa of 128 (0x4300 | q is exactly 128 + q), and
+// one vdpbf16ps multiplies two inputs' codes (k, k + 1) of 16 outputs with the two activations rounded to bfloat16.
+// The group's sums hold 128 * sum(x) too; it comes off with the offset: out += acc * scale + sum(x) * (offset -
+// 136 * scale), 136 = 128 + the kernel's 8. The activations are bfloat16 as in torch's int4 matmul.
+//
+// Unpacking bytes of inputs k and k + 1 pairwise (unpacklo/hi_epi8, within 128-bit lanes) leaves each
+// accumulator's 16 outputs in the order {0..7, 16..23} or {8..15, 24..31} of its 32; PICK_LO / PICK_HI take those
+// from two vectors of 16 in natural order, and put them back.
+template <int64_t R>
+void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb, const float* xsum, float* y,
+                int64_t K, int64_t N, int64_t n0, int64_t ldy) {
+  const __m512i PICK_LO = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  const __m512i PICK_HI = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  const __m256i NIBBLE = _mm256_set1_epi8(15);
+  const __m512i BF16_128 = _mm512_set1_epi16(0x4300);
+  const __m512i HIGH16 = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  const int64_t groups = K / GROUP;
+  __m512 out[R][4];
+  for (int64_t r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) out[r][j] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 acc[R][4];
+    for (int64_t r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+    const uint8_t* src = codes + g * GROUP * 32;
+    for (int64_t kk = 0; kk < GROUP; kk += 2, src += 64) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
+      const __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);
+      const __m512i w[4] = {
+          _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_and_si256(lo, NIBBLE)), BF16_128),
+          _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_and_si256(hi, NIBBLE)), BF16_128),
+          _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(lo, 4), NIBBLE)), BF16_128),
+          _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 4), NIBBLE)), BF16_128),
+      };
+      const int64_t k = g * GROUP + kk;
+      for (int64_t r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, xb + r * K + k, sizeof pair);
+        const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)w[j], xv);
+      }
+    }
+    // scale and offset of the 64 outputs (one 32-bit pair each), in the accumulators' order
+    const int32_t* sg = reinterpret_cast<const int32_t*>(s + (g * N + n0) * 2);
+    __m512 scale[4], offset[4];
+    for (int h = 0; h < 2; ++h) {  // h: outputs 0..31 (low nibbles), 32..63 (high nibbles)
+      const __m512i first = _mm512_loadu_si512(sg + 32 * h), second = _mm512_loadu_si512(sg + 32 * h + 16);
+      const __m512i pairs[2] = {_mm512_permutex2var_epi32(first, PICK_LO, second),
+                                _mm512_permutex2var_epi32(first, PICK_HI, second)};
+      for (int j = 0; j < 2; ++j) {
+        scale[2 * h + j] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs[j], 16));
+        offset[2 * h + j] = _mm512_fnmadd_ps(_mm512_set1_ps(136.0f), scale[2 * h + j],
+                                             _mm512_castsi512_ps(_mm512_and_si512(pairs[j], HIGH16)));
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      const __m512 xs = _mm512_set1_ps(xsum[r * groups + g]);
+      for (int j = 0; j < 4; ++j) {
+        out[r][j] = _mm512_fmadd_ps(acc[r][j], scale[j], _mm512_fmadd_ps(xs, offset[j], out[r][j]));
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    float* dst = y + r * ldy + n0;
+    for (int h = 0; h < 2; ++h) {
+      const __m512i lo = _mm512_castps_si512(out[r][2 * h]), hi = _mm512_castps_si512(out[r][2 * h + 1]);
+      _mm512_storeu_si512(dst + 32 * h, _mm512_permutex2var_epi32(lo, PICK_LO, hi));
+      _mm512_storeu_si512(dst + 32 * h + 16, _mm512_permutex2var_epi32(lo, PICK_HI, hi));
+    }
+  }
+}
+#else
+// Portable: the same sums in float32 (the compiler vectorizes the loops over the 64 outputs).
+template <int64_t R>
+void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb, const float* xsum, float* y,
+                int64_t K, int64_t N, int64_t n0, int64_t ldy) {
+  float out[R][BLOCK_N] = {};
+  const int64_t groups = K / GROUP;
+  for (int64_t g = 0; g < groups; ++g) {
+    float acc[R][BLOCK_N] = {};
+    for (int64_t kk = 0; kk < GROUP; ++kk) {
+      const int64_t k = g * GROUP + kk;
+      const uint8_t* src = codes + k * 32;
+      float w[BLOCK_N];
+      for (int64_t c = 0; c < 32; ++c) {
+        w[c] = static_cast<float>(src[c] & 15);
+        w[32 + c] = static_cast<float>(src[c] >> 4);
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        uint32_t bits = static_cast<uint32_t>(xb[r * K + k]) << 16;
+        float xv;
+        std::memcpy(&xv, &bits, sizeof xv);
+        for (int64_t c = 0; c < BLOCK_N; ++c) acc[r][c] += w[c] * xv;
+      }
+    }
+    const at::BFloat16* sg = s + (g * N + n0) * 2;
+    for (int64_t r = 0; r < R; ++r) {
+      const float xs = xsum[r * groups + g];
+      for (int64_t c = 0; c < BLOCK_N; ++c) {
+        const float scale = static_cast<float>(sg[2 * c]);
+        out[r][c] += acc[r][c] * scale + (static_cast<float>(sg[2 * c + 1]) - 8.0f * scale) * xs;
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) std::memcpy(y + r * ldy + n0, out[r], sizeof out[r]);
+}
+#endif
+
+at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "int4_gemv: packed must be uint8");
+  TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() && sz.dim() == 3, "int4_gemv: bad sz");
+  TORCH_CHECK(x_in.dim() == 2, "int4_gemv: x must be [M, K]");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
+  TORCH_CHECK(N % BLOCK_N == 0 && K % GROUP == 0, "int4_gemv: N must be a multiple of 64, K of 32");
+  TORCH_CHECK(packed.numel() == N * K / 2 && sz.size(0) == groups, "int4_gemv: shapes");
+  // the activations rounded to bfloat16, and each row's sum of them over each group of inputs
+  std::vector<uint16_t> xb(M * K);
+  std::vector<float> xsum(M * groups);
+  const float* xp = x.data_ptr<float>();
+  for (int64_t i = 0; i < M * groups; ++i) {
+    float total = 0.0f;
+    for (int64_t c = 0; c < GROUP; ++c) {
+      const uint16_t h = bf16(xp[i * GROUP + c]);
+      xb[i * GROUP + c] = h;
+      uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float v;
+      std::memcpy(&v, &bits, sizeof v);
+      total += v;
+    }
+    xsum[i] = total;
+  }
+  at::Tensor y = x.new_empty({M, N});
+  const uint8_t* p = packed.data_ptr<uint8_t>();
+  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N / BLOCK_N, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const uint8_t* codes = p + b * K * 32;
+      for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
+        const uint16_t* xr = xb.data() + r0 * K;
+        const float* xsr = xsum.data() + r0 * groups;
+        float* yr = yp + r0 * N;
+        switch (std::min(ROWS, M - r0)) {
+          case 1: gemv_block<1>(codes, s, xr, xsr, yr, K, N, b * BLOCK_N, N); break;
+          case 2: gemv_block<2>(codes, s, xr, xsr, yr, K, N, b * BLOCK_N, N); break;
+          case 3: gemv_block<3>(codes, s, xr, xsr, yr, K, N, b * BLOCK_N, N); break;
+          default: gemv_block<4>(codes, s, xr, xsr, yr, K, N, b * BLOCK_N, N); break;
+        }
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace
+}  // namespace radixchat
+
+TORCH_LIBRARY_FRAGMENT(radixchat, m) {
+  m.def("int4_dequant(Tensor packed, Tensor sz, Tensor(a!) out) -> Tensor(a!)");
+  m.def("int4_gemv(Tensor x, Tensor packed, Tensor sz) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(radixchat, CPU, m) {
+  m.impl("int4_dequant", &radixchat::int4_dequant);
+  m.impl("int4_gemv", &radixchat::int4_gemv);
+}
