@@ -84,22 +84,26 @@ at::Tensor int4_dequant(const at::Tensor& packed, const at::Tensor& sz, at::Tens
 // input and multiplied into each of its rows. A row's arithmetic is the same in every tile (batch invariance).
 constexpr int64_t ROWS = 4;
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
-// AVX-512 BF16: codes become bfloat16 by or-ing them into the mantissa of 128 (0x4300 | q is exactly 128 + q), and
-// one vdpbf16ps multiplies two inputs' codes (k, k + 1) of 16 outputs with the two activations rounded to bfloat16.
-// The group's sums hold 128 * sum(x) too; it comes off with the offset: out += acc * scale + sum(x) * (offset -
-// 136 * scale), 136 = 128 + the kernel's 8. The activations are bfloat16 as in torch's int4 matmul.
-//
-// Unpacking bytes of inputs k and k + 1 pairwise (unpacklo/hi_epi8, within 128-bit lanes) leaves each
-// accumulator's 16 outputs in the order {0..7, 16..23} or {8..15, 24..31} of its 32; PICK_LO / PICK_HI take those
-// from two vectors of 16 in natural order, and put them back.
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
+// AVX-512 BF16: one vdpbf16ps multiplies two inputs' codes (k, k + 1) of 16 outputs with the two activations
+// rounded to bfloat16. A code q becomes the bfloat16 128 + q by putting the byte 0x43 above it (0x43qq): one byte
+// permute (vpermt2b) per 16 outputs pairs the codes of inputs k and k + 1 and puts 0x43 between them, in the
+// outputs' own order. The group's sums hold 128 * sum(x) too; it comes off with the offset: out += acc * scale +
+// sum(x) * (offset - 136 * scale), 136 = 128 + the kernel's 8. The activations are bfloat16 as in torch's int4
+// matmul.
 template <int64_t R>
 void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb, const float* xsum, float* y,
                 int64_t K, int64_t N, int64_t n0, int64_t ldy) {
-  const __m512i PICK_LO = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-  const __m512i PICK_HI = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  const __m256i NIBBLE = _mm256_set1_epi8(15);
-  const __m512i BF16_128 = _mm512_set1_epi16(0x4300);
+  // byte 4i: code of output i (input k), 4i + 2: of input k + 1 (32 bytes on); 4i + 1, 4i + 3: 0x43 (table 2)
+  alignas(64) uint8_t pick[2][64];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 16; ++i) {
+      pick[h][4 * i] = static_cast<uint8_t>(16 * h + i);
+      pick[h][4 * i + 2] = static_cast<uint8_t>(32 + 16 * h + i);
+      pick[h][4 * i + 1] = pick[h][4 * i + 3] = 64;
+    }
+  const __m512i PICK0 = _mm512_load_si512(pick[0]), PICK1 = _mm512_load_si512(pick[1]);
+  const __m512i HI_BYTE = _mm512_set1_epi8(0x43), NIBBLE = _mm512_set1_epi8(15);
   const __m512i HIGH16 = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
   const int64_t groups = K / GROUP;
   __m512 out[R][4];
@@ -111,14 +115,13 @@ void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb,
       for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
     const uint8_t* src = codes + g * GROUP * 32;
     for (int64_t kk = 0; kk < GROUP; kk += 2, src += 64) {
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
-      const __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);
+      const __m512i v = _mm512_loadu_si512(src);  // inputs k (bytes 0..31) and k + 1 (32..63)
+      const __m512i lo = _mm512_and_si512(v, NIBBLE), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), NIBBLE);
       const __m512i w[4] = {
-          _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_and_si256(lo, NIBBLE)), BF16_128),
-          _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_and_si256(hi, NIBBLE)), BF16_128),
-          _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(lo, 4), NIBBLE)), BF16_128),
-          _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 4), NIBBLE)), BF16_128),
+          _mm512_permutex2var_epi8(lo, PICK0, HI_BYTE),  // outputs 0..15
+          _mm512_permutex2var_epi8(lo, PICK1, HI_BYTE),  // 16..31
+          _mm512_permutex2var_epi8(hi, PICK0, HI_BYTE),  // 32..47
+          _mm512_permutex2var_epi8(hi, PICK1, HI_BYTE),  // 48..63
       };
       const int64_t k = g * GROUP + kk;
       for (int64_t r = 0; r < R; ++r) {
@@ -128,34 +131,21 @@ void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb,
         for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)w[j], xv);
       }
     }
-    // scale and offset of the 64 outputs (one 32-bit pair each), in the accumulators' order
+    // scale and offset of the 64 outputs: one 32-bit (scale, offset) pair each
     const int32_t* sg = reinterpret_cast<const int32_t*>(s + (g * N + n0) * 2);
-    __m512 scale[4], offset[4];
-    for (int h = 0; h < 2; ++h) {  // h: outputs 0..31 (low nibbles), 32..63 (high nibbles)
-      const __m512i first = _mm512_loadu_si512(sg + 32 * h), second = _mm512_loadu_si512(sg + 32 * h + 16);
-      const __m512i pairs[2] = {_mm512_permutex2var_epi32(first, PICK_LO, second),
-                                _mm512_permutex2var_epi32(first, PICK_HI, second)};
-      for (int j = 0; j < 2; ++j) {
-        scale[2 * h + j] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs[j], 16));
-        offset[2 * h + j] = _mm512_fnmadd_ps(_mm512_set1_ps(136.0f), scale[2 * h + j],
-                                             _mm512_castsi512_ps(_mm512_and_si512(pairs[j], HIGH16)));
-      }
-    }
-    for (int64_t r = 0; r < R; ++r) {
-      const __m512 xs = _mm512_set1_ps(xsum[r * groups + g]);
-      for (int j = 0; j < 4; ++j) {
-        out[r][j] = _mm512_fmadd_ps(acc[r][j], scale[j], _mm512_fmadd_ps(xs, offset[j], out[r][j]));
+    for (int j = 0; j < 4; ++j) {
+      const __m512i pairs = _mm512_loadu_si512(sg + 16 * j);
+      const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+      const __m512 offset = _mm512_fnmadd_ps(_mm512_set1_ps(136.0f), scale,
+                                             _mm512_castsi512_ps(_mm512_and_si512(pairs, HIGH16)));
+      for (int64_t r = 0; r < R; ++r) {
+        const __m512 xs = _mm512_set1_ps(xsum[r * groups + g]);
+        out[r][j] = _mm512_fmadd_ps(acc[r][j], scale, _mm512_fmadd_ps(xs, offset, out[r][j]));
       }
     }
   }
-  for (int64_t r = 0; r < R; ++r) {
-    float* dst = y + r * ldy + n0;
-    for (int h = 0; h < 2; ++h) {
-      const __m512i lo = _mm512_castps_si512(out[r][2 * h]), hi = _mm512_castps_si512(out[r][2 * h + 1]);
-      _mm512_storeu_si512(dst + 32 * h, _mm512_permutex2var_epi32(lo, PICK_LO, hi));
-      _mm512_storeu_si512(dst + 32 * h + 16, _mm512_permutex2var_epi32(lo, PICK_HI, hi));
-    }
-  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(y + r * ldy + n0 + 16 * j, out[r][j]);
 }
 #else
 // Portable: the same sums in float32 (the compiler vectorizes the loops over the 64 outputs).
