@@ -45,7 +45,7 @@ from radixchat.machine import BUSY_LOAD, cpu_load, read_probes, write_probe
 
 log = logging.getLogger(__name__)
 
-KERNELS = ("float32", "bfloat16", "float16", "int4")
+KERNELS = ("float32", "bfloat16", "float16", "int4", "int4-gemv", "int8")
 PACKED = "packed"
 #: What a packed model's probe times: its layers' three kernels and its head's two.
 PACKED_KERNELS = ("int4-gemv", "int4", "int4-bf16", "float16")
@@ -54,20 +54,23 @@ FORMATS: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
     "bfloat16": ("bfloat16", "float32"),
     "float16": ("float16", "bfloat16", "float32"),
-    "int4": ("int4", "bfloat16", "float32"),
+    "int4": ("int4", "int4-gemv", "bfloat16", "float32"),
     PACKED: ("int4-gemv", "int4", "int4-bf16"),
 }
 WEIGHTS_CHOICES = ("auto", *FORMATS)
+_LAYER_KERNELS = {k for kernels in FORMATS.values() for k in kernels}
 # The LM head's output is the logits: rounded to bfloat16 (8-bit mantissa) or computed from 4-bit weights, the
-# top-1 token flips far more often than with float16. So the head keeps at least float16 in every format.
-HEAD_KERNELS = ("float16", "float32")
-#: The head's kernels per format. With int4 layers the logits stay float32: the 4-bit layers use up the
-#: quality guard's budget, and a float16 head on top of them falls below it.
+# top-1 token flips far more often than with float16. So the head keeps at least float16, or int8: 8-bit codes
+# with a scale per 32 inputs (GGUF's Q8_0), products and sums in float32. A head read from a Q8_0 tensor (both
+# real models store their embedding so) keeps that tensor's exact values in int8, at half float16's bytes.
+HEAD_KERNELS = ("int8", "float16", "float32")
+#: The head's kernels per format. With int4 layers the logits stay float32 (or int8): the 4-bit layers use up
+#: the quality guard's budget, and a float16 head on top of them falls below it.
 HEAD_FORMATS: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
     "bfloat16": HEAD_KERNELS,
     "float16": HEAD_KERNELS,
-    "int4": ("float32",),
+    "int4": ("int8", "float32"),
     # A packed model keeps no float32 copy: its head is float16 (as the float16 and bfloat16 formats' is), or
     # the file's own 4-bit codes where the file stores the head (or the tied embedding) in 4 bits.
     PACKED: ("int4-gemv", "int4", "float16"),
@@ -104,6 +107,12 @@ def _int4_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
 def _int4_gemv_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
     rows = x.reshape(-1, layer.in_features)
     out = torch.ops.radixchat.int4_gemv(rows, layer.w_int4, layer.sz_int4)
+    out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
+    return out if layer.bias is None else out + layer.bias
+
+
+def _int8_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
+    out = torch.ops.radixchat.int8_gemv(x.reshape(-1, layer.in_features), layer.w_int8, layer.sz_int8)
     out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
     return out if layer.bias is None else out + layer.bias
 
@@ -145,6 +154,7 @@ _MM: dict[str, Callable[[FormatLinear, torch.Tensor], torch.Tensor]] = {
     "int4": _int4_mm,
     "int4-bf16": _int4_bf16_mm,
     "int4-gemv": _int4_gemv_mm,
+    "int8": _int8_mm,
 }
 #: The compact copy each kernel multiplies (int4-bf16 unpacks the int4 codes).
 _BUFFER = {
@@ -153,9 +163,10 @@ _BUFFER = {
     "int4": "int4",
     "int4-bf16": "int4",
     "int4-gemv": "int4",
+    "int8": "int8",
 }
 #: The kernels of the native library (``kernels/int4.cpp``), which a start may fail to build or load.
-NATIVE = ("int4-bf16", "int4-gemv")
+NATIVE = ("int4-bf16", "int4-gemv", "int8")
 
 
 def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,6 +183,19 @@ def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
     sz = torch.stack([scale.reshape(n, -1), (lo + 8 * scale).reshape(n, -1)], -1)
     return packed, sz.transpose(0, 1).contiguous().to(torch.bfloat16)
+
+
+def _pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes [N/64, K, 64] int8, scales [N/64, K/32, 64] float32) for ``int8_gemv``: per group of 32 inputs,
+    scale = max |w| / 127 and code = round(w / scale), as GGUF's Q8_0. A weight dequantized from Q8_0 gets its
+    own codes and scales back exactly (its largest code is ±127)."""
+    w = weight.detach().float()
+    n, k = w.shape
+    groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
+    scale = groups.abs().amax(-1) / 127
+    codes = (groups / scale.clamp(min=torch.finfo(torch.float32).tiny)[..., None]).round().clamp(-127, 127)
+    codes = codes.to(torch.int8).reshape(n // 64, 64, k).transpose(1, 2).contiguous()
+    return codes, scale.reshape(n // 64, 64, -1).transpose(1, 2).contiguous()
 
 
 def kernel_fits(kernel: str, layer: nn.Module) -> bool:
@@ -192,10 +216,10 @@ def _pack(layer: FormatLinear, kernel: str) -> None:
         return
     if layer.weight is None:
         raise ValueError(f"a packed layer has no '{kernel}' weights and no float32 ones to make them from")
-    if kernel == "int4":
-        packed, sz = _pack_int4(layer.weight)
-        layer.register_buffer("w_int4", packed, persistent=False)
-        layer.register_buffer("sz_int4", sz, persistent=False)
+    if kernel in ("int4", "int8"):
+        packed, sz = (_pack_int4 if kernel == "int4" else _pack_int8)(layer.weight)
+        layer.register_buffer(f"w_{kernel}", packed, persistent=False)
+        layer.register_buffer(f"sz_{kernel}", sz, persistent=False)
     else:
         dtype = getattr(torch, kernel)
         layer.register_buffer(f"w_{kernel}", layer.weight.detach().to(dtype).contiguous(), persistent=False)
@@ -224,9 +248,9 @@ def kernel_unavailable(kernel: str, device: torch.device) -> str | None:
     if kernel not in _capable:
         try:
             if kernel in NATIVE:
-                from radixchat.engine.kernels import int4_ready, load_paged_attention
+                from radixchat.engine.kernels import load_paged_attention, native_ready
 
-                if not int4_ready() and (why := load_paged_attention()) is not None:
+                if not native_ready() and (why := load_paged_attention()) is not None:
                     raise RuntimeError(f"native kernels unavailable ({why})")
             w = torch.randn(64, 2 * INT4_GROUP)
             layer = FormatLinear(nn.Linear(2 * INT4_GROUP, 64, bias=False), "probe")
@@ -235,9 +259,9 @@ def kernel_unavailable(kernel: str, device: torch.device) -> str | None:
             x = torch.randn(3, 2 * INT4_GROUP)
             got = _MM[kernel](layer, x)
             assert got.shape == (3, 64) and bool(torch.isfinite(got).all())
-            if kernel in NATIVE:  # a native kernel must read torch's int4 layout as the int4 kernel does
-                want = _int4_mm(layer, x)
-                assert (got - want).abs().max() <= 0.02 * want.abs().max(), "int4 layout differs"
+            if kernel in NATIVE:  # a native kernel must read its layout as torch multiplies it
+                want = _int4_mm(layer, x) if kernel.startswith("int4") else F.linear(x, w)
+                assert (got - want).abs().max() <= 0.02 * want.abs().max(), f"{kernel} layout differs"
             _capable[kernel] = None
         except Exception as exc:  # an op missing from this torch build, or a kernel that fails on this CPU
             _capable[kernel] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
@@ -450,7 +474,8 @@ def run_probe(
             usable = [
                 k
                 for k in kernels
-                if (group != "head" or k in head_kernels) and all(kernel_fits(k, lin) for lin in layers)
+                if (k in head_kernels if group == "head" else k in _LAYER_KERNELS)
+                and all(kernel_fits(k, lin) for lin in layers)
             ]
             for lin in layers:
                 for kernel in usable:

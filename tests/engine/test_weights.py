@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -61,8 +63,40 @@ def test_every_kernel_multiplies_like_f_linear():
         got = layer(x)
         assert got.shape == want.shape and got.dtype == want.dtype
         # half precision and 4 bits round the products; they must still be close
-        tol = {"float32": 1e-6, "float16": 2e-2, "bfloat16": 5e-2, "int4": 0.25}[kernel]
+        tol = {"float32": 1e-6, "float16": 2e-2, "bfloat16": 5e-2, "int4": 0.25, "int4-gemv": 0.25, "int8": 2e-2}[kernel]
         assert (got - want).abs().max().item() < tol * want.abs().max().item(), kernel
+
+
+def test_int8_holds_a_q8_0_tensor_exactly():
+    """The bundled GGUF stores its embedding (the tied LM head) in Q8_0: the int8 kernel gets the file's own codes
+    and scales back, bit for bit, and its product is that tensor's product up to float32 summation order."""
+    from gguf import GGMLQuantizationType, GGUFReader
+    from gguf.quants import dequantize
+
+    from radixchat.bundled import SMOLLM2
+
+    gguf = SMOLLM2.gguf(Path("/nonexistent"))  # a single-file package: its file, nothing joined
+    tensor = next(t for t in GGUFReader(str(gguf)).tensors if t.name == "token_embd.weight")
+    assert tensor.tensor_type == GGMLQuantizationType.Q8_0
+    rows = 4096  # of 49152: enough to see every code, quick to check
+    blocks = np.asarray(tensor.data)[:rows]  # [rows, blocks * 34]: a float16 scale, then 32 int8 codes
+    k = blocks.shape[1] // 34 * 32
+    raw = blocks.reshape(rows, -1, 34)
+    want_scale = raw[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)
+    want_codes = raw[..., 2:].copy().view(np.int8).reshape(rows, k)
+    weight = torch.from_numpy(dequantize(blocks, tensor.tensor_type).astype(np.float32))
+    codes, scales = W._pack_int8(weight)
+    assert torch.equal(codes.transpose(1, 2).reshape(rows, k), torch.from_numpy(want_codes))
+    assert torch.equal(scales.transpose(1, 2).reshape(rows, -1), torch.from_numpy(want_scale))
+    assert W.kernel_unavailable("int8", CPU) is None
+    layer = W.FormatLinear(nn.Linear(k, rows, bias=False), "head")
+    layer.weight = nn.Parameter(weight, requires_grad=False)
+    W._pack(layer, "int8")
+    x = torch.randn(3, k, generator=torch.Generator().manual_seed(0))
+    got, want = W._MM["int8"](layer, x).double(), x.double() @ weight.double().T
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    full = W._MM["int8"](layer, x)
+    assert all(torch.equal(W._MM["int8"](layer, x[i : i + 1]), full[i : i + 1]) for i in range(3))
 
 
 def test_int4_reproduces_q4_1_weights_up_to_bfloat16_rounding():

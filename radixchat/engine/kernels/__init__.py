@@ -6,10 +6,11 @@ the machine's own vector extensions (``-march=native``) by the C++ compiler that
 ``<cache_dir>/kernels/<key>/``, where the key covers the source, torch's version and the CPU. The build takes
 a few seconds, once (``scripts/setup.sh`` runs it ahead); a later start only loads the library.
 
-``int4.cpp`` registers two products with a packed model's 4-bit weights: ``torch.ops.radixchat.int4_gemv``, a few
-rows times the codes, for decode steps (``weights.py``'s ``int4-gemv`` kernel), and
-``torch.ops.radixchat.int4_dequant``, the codes unpacked into a bfloat16 matrix at memory speed, for prefill
-chunks (the ``int4-bf16`` kernel).
+``int4.cpp`` registers the products with quantized weights: ``torch.ops.radixchat.int4_gemv``, a few rows times a
+packed model's 4-bit codes, for decode steps (``weights.py``'s ``int4-gemv`` kernel);
+``torch.ops.radixchat.int4_dequant``, those codes unpacked into a bfloat16 matrix at memory speed, for prefill
+chunks (the ``int4-bf16`` kernel); and ``torch.ops.radixchat.int8_gemv``, a few rows times 8-bit codes with a
+scale per 32 inputs, for LM heads (the ``int8`` kernel).
 
 Where it cannot be built (no compiler, another platform) the engine keeps its portable path (gather, then
 SDPA) and says so in its stats; nothing else changes.
@@ -30,7 +31,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# One library: the paged attention, and the products with packed models' int4 codes (``int4.cpp``).
+# One library: the paged attention, and the products with quantized weights (``int4.cpp``).
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_attention.cpp", "int4.cpp"))
 _lock = threading.Lock()
 _state: dict[str, str | None] = {}  # "paged_decode" -> None (loaded) or why not
@@ -154,11 +155,15 @@ def _register_fake() -> None:
     def _(x, packed, sz):  # noqa: ANN001, ANN202
         return x.new_empty((x.shape[0], sz.shape[1]), dtype=torch.float32)
 
+    @torch.library.register_fake("radixchat::int8_gemv")
+    def _(x, codes, scales):  # noqa: ANN001, ANN202
+        return x.new_empty((x.shape[0], codes.shape[0] * codes.shape[2]), dtype=torch.float32)
 
-def int4_ready() -> bool:
-    """Whether the int4 products (``int4_gemv``, ``int4_dequant``) are loaded (by ``load_paged_attention``, which
-    builds the one library of native kernels)."""
-    return _state.get("paged_decode", "not loaded") is None and hasattr(torch.ops.radixchat, "int4_gemv")
+
+def native_ready() -> bool:
+    """Whether the products with quantized weights (``int4_gemv``, ``int4_dequant``, ``int8_gemv``) are loaded (by
+    ``load_paged_attention``, which builds the one library of native kernels)."""
+    return _state.get("paged_decode", "not loaded") is None and hasattr(torch.ops.radixchat, "int8_gemv")
 
 
 def paged_attention_ready() -> bool:

@@ -231,15 +231,76 @@ at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at:
   return y;
 }
 
+// int8_gemv: a few rows times 8-bit codes with a float32 scale per group of 32 inputs (GGUF's Q8_0), for LM heads.
+// Codes are [N/64][K][64] (64 outputs side by side per input), scales [N/64][K/32][64]. Float32 products and sums
+// (a head made from a Q8_0 tensor holds that tensor's exact values), a group's scale applied once per 32 inputs,
+// the same arithmetic for a row in every tile. Plain loops over 64 outputs, which the compiler vectorizes into
+// independent sums (16 outputs would be one chain of dependent multiply-adds).
+constexpr int64_t Q8_ROWS = 64;
+
+template <int64_t R>
+void int8_tile(const int8_t* q, const float* sc, const float* x, float* y, int64_t K, int64_t ldy) {
+  float out[R][Q8_ROWS] = {};
+  for (int64_t g = 0; g < K / GROUP; ++g) {
+    float acc[R][Q8_ROWS] = {};
+    for (int64_t k = g * GROUP; k < (g + 1) * GROUP; ++k) {
+      const int8_t* codes = q + k * Q8_ROWS;
+      float w[Q8_ROWS];
+      for (int64_t c = 0; c < Q8_ROWS; ++c) w[c] = static_cast<float>(codes[c]);
+      for (int64_t r = 0; r < R; ++r) {
+        const float xv = x[r * K + k];
+        for (int64_t c = 0; c < Q8_ROWS; ++c) acc[r][c] += w[c] * xv;
+      }
+    }
+    const float* scale = sc + g * Q8_ROWS;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < Q8_ROWS; ++c) out[r][c] += acc[r][c] * scale[c];
+  }
+  for (int64_t r = 0; r < R; ++r) std::memcpy(y + r * ldy, out[r], sizeof out[r]);
+}
+
+at::Tensor int8_gemv(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& scales) {
+  TORCH_CHECK(codes.scalar_type() == at::kChar && codes.is_contiguous() && codes.dim() == 3, "int8_gemv: codes");
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() && scales.dim() == 3, "int8_gemv: scales");
+  TORCH_CHECK(x_in.dim() == 2, "int8_gemv: x must be [M, K]");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), K = x.size(1), blocks = codes.size(0), N = blocks * Q8_ROWS;
+  TORCH_CHECK(K % GROUP == 0 && codes.size(1) == K && codes.size(2) == Q8_ROWS, "int8_gemv: shapes");
+  TORCH_CHECK(scales.size(0) == blocks && scales.size(1) == K / GROUP && scales.size(2) == Q8_ROWS, "int8_gemv: scales");
+  at::Tensor y = x.new_empty({M, N});
+  const int8_t* q = codes.data_ptr<int8_t>();
+  const float* sc = scales.data_ptr<float>();
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int8_t* qb = q + b * K * Q8_ROWS;
+      const float* sb = sc + b * (K / GROUP) * Q8_ROWS;
+      for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
+        float* yr = yp + r0 * N + b * Q8_ROWS;
+        switch (std::min(ROWS, M - r0)) {
+          case 1: int8_tile<1>(qb, sb, xp + r0 * K, yr, K, N); break;
+          case 2: int8_tile<2>(qb, sb, xp + r0 * K, yr, K, N); break;
+          case 3: int8_tile<3>(qb, sb, xp + r0 * K, yr, K, N); break;
+          default: int8_tile<4>(qb, sb, xp + r0 * K, yr, K, N); break;
+        }
+      }
+    }
+  });
+  return y;
+}
+
 }  // namespace
 }  // namespace radixchat
 
 TORCH_LIBRARY_FRAGMENT(radixchat, m) {
   m.def("int4_dequant(Tensor packed, Tensor sz, Tensor(a!) out) -> Tensor(a!)");
   m.def("int4_gemv(Tensor x, Tensor packed, Tensor sz) -> Tensor");
+  m.def("int8_gemv(Tensor x, Tensor codes, Tensor scales) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(radixchat, CPU, m) {
   m.impl("int4_dequant", &radixchat::int4_dequant);
   m.impl("int4_gemv", &radixchat::int4_gemv);
+  m.impl("int8_gemv", &radixchat::int8_gemv);
 }
