@@ -63,7 +63,14 @@ def test_every_kernel_multiplies_like_f_linear():
         got = layer(x)
         assert got.shape == want.shape and got.dtype == want.dtype
         # half precision and 4 bits round the products; they must still be close
-        tol = {"float32": 1e-6, "float16": 2e-2, "bfloat16": 5e-2, "int4": 0.25, "int4-gemv": 0.25, "int8": 2e-2}[kernel]
+        tol = {
+            "float32": 1e-6,
+            "float16": 2e-2,
+            "bfloat16": 5e-2,
+            "int4": 0.25,
+            "int4-gemv": 0.25,
+            "int8": 2e-2,
+        }[kernel]
         assert (got - want).abs().max().item() < tol * want.abs().max().item(), kernel
 
 
@@ -122,6 +129,31 @@ def test_int4_reproduces_q4_1_weights_up_to_bfloat16_rounding():
     assert torch.allclose(back, w, rtol=2**-7, atol=2**-8 * w.abs().max().item())
     requantized = torch.randint(0, 16, (n, k)).float()  # a weight off the grid does not come back this close
     assert not torch.allclose(back, w + requantized * 1e-2, rtol=2**-7, atol=2**-8 * w.abs().max().item())
+
+
+def test_auto_takes_int4_only_for_weights_already_on_its_grid(tmp_path, monkeypatch):
+    """int4 is the fastest here, but a model whose layers are not on a 4-bit grid (random weights; Gemma 3's
+    5-bit layers) does not get it from auto: that would requantize them. Snapped to a Q4_1 grid, it does."""
+    timings = {
+        "layers": {"1": {"float32": 9.0, "bfloat16": 5.0, "float16": 4.0, "int4": 1.0}},
+        "head": {"1": {"float32": 2.0, "float16": 1.0}},
+    }
+    monkeypatch.setattr(W, "load_or_probe", lambda *a, **k: timings)
+    model, _ = build_pair(tiny_config("llama"))
+    head = model.get_output_embeddings()
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear) and m is not head]
+    assert not W.on_int4_grid(linears)
+    assert W.apply_weights(model, "auto", CPU, tmp_path).format == "float16"
+    assert W.apply_weights(copy.deepcopy(model), "int4", CPU, tmp_path).format == "int4"  # asked for: given
+    snapped, _ = build_pair(tiny_config("llama"))
+    with torch.no_grad():
+        for m in snapped.modules():
+            if isinstance(m, nn.Linear) and m is not snapped.get_output_embeddings():
+                g = m.weight.view(m.out_features, -1, 32)
+                q = torch.randint(0, 16, g.shape, generator=torch.Generator().manual_seed(0)).float()
+                q[..., 0], q[..., 1] = 0, 15  # every block spans its range, as Q4_1's do
+                g.copy_(q * g.abs().amax(-1, keepdim=True) / 15 - g.abs().amax(-1, keepdim=True) / 2)
+    assert W.apply_weights(snapped, "auto", CPU, tmp_path).format == "int4"
 
 
 def test_plan_picks_the_fastest_kernel_per_bucket_within_the_format():
