@@ -457,16 +457,21 @@ def report_history(results: dict, args: argparse.Namespace) -> None:
     print(f"\ndecode ratio at the longest history / at the shortest: **{last / first:.2f}** (target ≥ 0.9)")
 
 
-def report_big(results: dict, args: argparse.Namespace) -> None:
-    """Issue 35's table: a model a user brings, next to llama.cpp on its own GGUF."""
-    llama, auto, eager = results["llama"], results["auto"], results["eager"]
+def _header(args: argparse.Namespace, auto: dict, flags: str) -> None:
     print(
         f"# radixchat vs llama.cpp on {args.model} — {cpu_line()}; {args.threads} threads; median of {args.repeats}"
     )
     print(
-        f"command: python -m bench.vs_llama --big --model {args.model} --threads {args.threads} --repeats {args.repeats}\n"
+        f"command: python -m bench.vs_llama {flags}--model {args.model} --threads {args.threads} "
+        f"--repeats {args.repeats}\n"
     )
     print(f"radixchat: weights {auto['weights']}; compiled decode: {auto['decode_compiled']}\n")
+
+
+def report_big(results: dict, args: argparse.Namespace) -> None:
+    """Issue 35's table: a model a user brings, next to llama.cpp on its own GGUF."""
+    llama, auto, eager = results["llama"], results["auto"], results["eager"]
+    _header(args, auto, "--big ")
     print("| | llama.cpp | radixchat | radixchat eager | radixchat / llama.cpp | target |")
     print("|---|---|---|---|---|---|")
     d, e = (r["decode_tps"] / llama["decode_tps"] for r in (auto, eager))
@@ -491,13 +496,7 @@ def report_big(results: dict, args: argparse.Namespace) -> None:
 
 def report(results: dict, args: argparse.Namespace) -> None:
     llama, auto, f32 = results["llama"], results["auto"], results["float32"]
-    print(
-        f"# radixchat vs llama.cpp on {args.model} — {cpu_line()}; {args.threads} threads; median of {args.repeats}"
-    )
-    print(
-        f"command: python -m bench.vs_llama --model {args.model} --threads {args.threads} --repeats {args.repeats}\n"
-    )
-    print(f"radixchat: weights {auto['weights']}; compiled decode: {auto['decode_compiled']}\n")
+    _header(args, auto, "")
     print("| | llama.cpp | radixchat | radixchat float32 | radixchat / llama.cpp | target |")
     print("|---|---|---|---|---|---|")
     d = auto["decode_tps"] / llama["decode_tps"]

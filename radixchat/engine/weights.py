@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 KERNELS = ("float32", "bfloat16", "float16", "int4", "int4-gemv", "int8")
 PACKED = "packed"
-#: What a packed model's probe times: its layers' three kernels and its head's two.
+#: What a packed model's probe times: its layers' three kernels and its head's float16.
 PACKED_KERNELS = ("int4-gemv", "int4", "int4-bf16", "float16")
 # Each format may use these kernels (the probe picks one per row count among them).
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -108,17 +108,16 @@ def _int4_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
     return out if layer.bias is None else out + layer.bias
 
 
-def _int4_gemv_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
-    rows = x.reshape(-1, layer.in_features)
-    out = torch.ops.radixchat.int4_gemv(rows, layer.w_int4, layer.sz_int4)
-    out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
-    return out if layer.bias is None else out + layer.bias
+def _native(op: str, buffer: str) -> Callable[[FormatLinear, torch.Tensor], torch.Tensor]:
+    """A native product (``kernels/int4.cpp``) of the rows with a layer's ``w_<buffer>`` and ``sz_<buffer>``."""
 
+    def mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
+        codes, scales = getattr(layer, f"w_{buffer}"), getattr(layer, f"sz_{buffer}")
+        out = getattr(torch.ops.radixchat, op)(x.reshape(-1, layer.in_features), codes, scales)
+        out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
+        return out if layer.bias is None else out + layer.bias
 
-def _int8_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
-    out = torch.ops.radixchat.int8_gemv(x.reshape(-1, layer.in_features), layer.w_int8, layer.sz_int8)
-    out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
-    return out if layer.bias is None else out + layer.bias
+    return mm
 
 
 _scratch = threading.local()  # each thread's bfloat16 buffer for int4-bf16 (the widest layer it has unpacked)
@@ -157,8 +156,8 @@ _MM: dict[str, Callable[[FormatLinear, torch.Tensor], torch.Tensor]] = {
     "float16": _half(torch.float16),
     "int4": _int4_mm,
     "int4-bf16": _int4_bf16_mm,
-    "int4-gemv": _int4_gemv_mm,
-    "int8": _int8_mm,
+    "int4-gemv": _native("int4_gemv", "int4"),
+    "int8": _native("int8_gemv", "int8"),
 }
 #: The compact copy each kernel multiplies (int4-bf16 unpacks the int4 codes).
 _BUFFER = {

@@ -69,9 +69,9 @@ def test_codes_and_group_scales_are_read_from_the_blocks_exactly(kind):
     x = torch.randn(3, cols)
     want = x @ torch.from_numpy(dequantize(blocks, t)).T
     assert W.kernel_unavailable("int4-gemv", CPU) is None  # the native library is built and loaded
-    for mm in (W._int4_mm, W._int4_gemv_mm):
-        got = mm(layer, x)
-        assert (got - want).abs().max() <= 0.02 * want.abs().max(), mm.__name__
+    for kernel in ("int4", "int4-gemv"):
+        got = W._MM[kernel](layer, x)
+        assert (got - want).abs().max() <= 0.02 * want.abs().max(), kernel
 
 
 @pytest.mark.parametrize("k", [64, 2048])

@@ -1,9 +1,12 @@
-// Products with int4 weights in the layout of torch's CPU int4 matmul, for packed models (radixchat/engine/packed.py).
+// Products with quantized weights, for radixchat/engine/weights.py.
 //
-// int4_gemv: a few rows times the codes, for decode steps. Each thread streams whole 64-row blocks of codes once,
-// multiplies the codes (0..15) with the float32 activations, sums a group of 32 inputs, and only then applies the
+// int4_gemv: a few rows times 4-bit codes in the layout of torch's CPU int4 matmul (packed models, and the int4
+// format), for decode steps. Each thread streams whole 64-row blocks of codes once, multiplies the codes (0..15)
+// with the activations rounded to bfloat16, sums a group of 32 inputs in float32, and only then applies the
 // group's scale and offset: offset * sum(x) for the group, so the inner loop is one multiply-add per code and row.
 // A row's sums run in the same order however many rows come with it (its result does not depend on its batch).
+//
+// int8_gemv: a few rows times 8-bit codes (GGUF's Q8_0), for LM heads (below).
 //
 // int4_dequant: the weights back to a bfloat16 matrix, for prefill chunks.
 //
@@ -27,6 +30,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -83,6 +87,19 @@ at::Tensor int4_dequant(const at::Tensor& packed, const at::Tensor& sz, at::Tens
 // x [M, K]; returns [M, N] float32. Rows are taken in tiles of up to ROWS; a tile's codes are unpacked once per
 // input and multiplied into each of its rows. A row's arithmetic is the same in every tile (batch invariance).
 constexpr int64_t ROWS = 4;
+
+// f(std::integral_constant<int64_t, R>{}, r0) for each tile of R <= ROWS rows starting at row r0.
+template <typename F>
+void each_tile(int64_t M, F&& f) {
+  for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
+    switch (std::min(ROWS, M - r0)) {
+      case 1: f(std::integral_constant<int64_t, 1>{}, r0); break;
+      case 2: f(std::integral_constant<int64_t, 2>{}, r0); break;
+      case 3: f(std::integral_constant<int64_t, 3>{}, r0); break;
+      default: f(std::integral_constant<int64_t, 4>{}, r0); break;
+    }
+  }
+}
 
 #if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
 // AVX-512 BF16: one vdpbf16ps multiplies two inputs' codes (k, k + 1) of 16 outputs with the two activations
@@ -215,17 +232,10 @@ at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at:
   at::parallel_for(0, N / BLOCK_N, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const uint8_t* codes = p + b * K * 32;
-      for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
-        const uint16_t* xr = xb.data() + r0 * K;
-        const float* xsr = xsum.data() + r0 * groups;
-        float* yr = yp + r0 * N;
-        switch (std::min(ROWS, M - r0)) {
-          case 1: gemv_block<1>(codes, s, xr, xsr, yr, K, N, b * BLOCK_N, N); break;
-          case 2: gemv_block<2>(codes, s, xr, xsr, yr, K, N, b * BLOCK_N, N); break;
-          case 3: gemv_block<3>(codes, s, xr, xsr, yr, K, N, b * BLOCK_N, N); break;
-          default: gemv_block<4>(codes, s, xr, xsr, yr, K, N, b * BLOCK_N, N); break;
-        }
-      }
+      each_tile(M, [&](auto rows, int64_t r0) {
+        gemv_block<decltype(rows)::value>(codes, s, xb.data() + r0 * K, xsum.data() + r0 * groups, yp + r0 * N, K, N,
+                                          b * BLOCK_N, N);
+      });
     }
   });
   return y;
@@ -276,15 +286,9 @@ at::Tensor int8_gemv(const at::Tensor& x_in, const at::Tensor& codes, const at::
     for (int64_t b = begin; b < end; ++b) {
       const int8_t* qb = q + b * K * Q8_ROWS;
       const float* sb = sc + b * (K / GROUP) * Q8_ROWS;
-      for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
-        float* yr = yp + r0 * N + b * Q8_ROWS;
-        switch (std::min(ROWS, M - r0)) {
-          case 1: int8_tile<1>(qb, sb, xp + r0 * K, yr, K, N); break;
-          case 2: int8_tile<2>(qb, sb, xp + r0 * K, yr, K, N); break;
-          case 3: int8_tile<3>(qb, sb, xp + r0 * K, yr, K, N); break;
-          default: int8_tile<4>(qb, sb, xp + r0 * K, yr, K, N); break;
-        }
-      }
+      each_tile(M, [&](auto rows, int64_t r0) {
+        int8_tile<decltype(rows)::value>(qb, sb, xp + r0 * K, yp + r0 * N + b * Q8_ROWS, K, N);
+      });
     }
   });
   return y;
