@@ -25,10 +25,14 @@ GGUF's Q8_0, float32 sums: a Q8_0 head's exact values), float16 or float32 (see 
 A *packed* model (``packed.py``: a model too big to keep a float32 copy of) has no float32 weights at all: its
 layers hold only the int4 codes (memory-mapped from disk; float16 where the file stored more than 4 bits) and
 its head float16, or the file's own int4 codes where the file stored it in 4 bits. Its format ``packed``
-has three layer kernels: ``int4``; ``int4-gemv``, a native product of a few rows with the codes
-(``kernels/int4.cpp``) that streams them at memory speed, for decode steps; and ``int4-bf16``, which unpacks a
-layer's codes into a reused bfloat16 matrix (native too) and multiplies in bfloat16, for a prefill chunk of
-hundreds of rows. The probe picks among them per row count, as for any format.
+has four layer kernels: ``int4``; ``int4-gemv``, a native product of a few rows with the codes
+(``kernels/int4.cpp``) that streams them at memory speed, for decode steps; ``int4-dot8``, the same codes times
+the activations rounded to 8 bits per 16 inputs, in integer dot products (AVX-512 VNNI: twice int4-gemv's
+products per instruction, for chat turns of tens of rows and prefill chunks, where int4-gemv is compute-bound);
+and ``int4-bf16``, which unpacks a layer's codes into a reused bfloat16 matrix (native too) and multiplies in
+bfloat16. The probe picks among them per row count, as for any format. int4-dot8 is the packed format's only:
+8-bit activations are how llama.cpp multiplies a GGUF's 4-bit weights (per 32 inputs there), so a model a person
+brings keeps at least llama.cpp's precision, while the bundled model's ``int4`` format keeps int4-gemv's.
 """
 
 from __future__ import annotations
@@ -52,14 +56,14 @@ log = logging.getLogger(__name__)
 KERNELS = ("float32", "bfloat16", "float16", "int4", "int4-gemv", "int8")
 PACKED = "packed"
 #: What a packed model's probe times: its layers' three kernels and its head's float16.
-PACKED_KERNELS = ("int4-gemv", "int4", "int4-bf16", "float16")
+PACKED_KERNELS = ("int4-gemv", "int4-dot8", "int4", "int4-bf16", "float16")
 # Each format may use these kernels (the probe picks one per row count among them).
 FORMATS: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
     "bfloat16": ("bfloat16", "float32"),
     "float16": ("float16", "bfloat16", "float32"),
     "int4": ("int4", "int4-gemv", "bfloat16", "float32"),
-    PACKED: ("int4-gemv", "int4", "int4-bf16"),
+    PACKED: ("int4-gemv", "int4-dot8", "int4", "int4-bf16"),
 }
 WEIGHTS_CHOICES = ("auto", *FORMATS)
 _LAYER_KERNELS = {k for kernels in FORMATS.values() for k in kernels}
@@ -157,6 +161,7 @@ _MM: dict[str, Callable[[FormatLinear, torch.Tensor], torch.Tensor]] = {
     "int4": _int4_mm,
     "int4-bf16": _int4_bf16_mm,
     "int4-gemv": _native("int4_gemv", "int4"),
+    "int4-dot8": _native("int4_dot8", "int4"),
     "int8": _native("int8_gemv", "int8"),
 }
 #: The compact copy each kernel multiplies (int4-bf16 unpacks the int4 codes).
@@ -166,10 +171,11 @@ _BUFFER = {
     "int4": "int4",
     "int4-bf16": "int4",
     "int4-gemv": "int4",
+    "int4-dot8": "int4",
     "int8": "int8",
 }
 #: The kernels of the native library (``kernels/int4.cpp``), which a start may fail to build or load.
-NATIVE = ("int4-bf16", "int4-gemv", "int8")
+NATIVE = ("int4-bf16", "int4-gemv", "int4-dot8", "int8")
 
 
 def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from bench.quality import prose_ids
 from radixchat.config import Settings
 from radixchat.engine import kv_dtype as KD
 from radixchat.engine.attention import paged_decode_usable
@@ -56,20 +57,6 @@ def test_the_choice_is_measured_once_per_machine_and_cached(tmp_path, monkeypatc
     assert calls == [shape]
 
 
-def _guard_text(tokenizer, n_tokens: int = 4000) -> list[int]:
-    """About ``n_tokens`` tokens of English prose: the Python language reference's own words, as the
-    standard library ships them (fixed for a Python version; no file to keep in the repository)."""
-    from pydoc_data.topics import topics
-
-    text = ""
-    for name in ("execmodel", "specialnames", "compound", "import"):
-        text += topics[name]
-        ids = tokenizer.encode(text)
-        if len(ids) >= n_tokens:
-            return ids[:n_tokens]
-    return tokenizer.encode(text)[:n_tokens]
-
-
 def _teacher_forced(lm, ids: list[int], kv_dtype: torch.dtype, chunk: int = 512, decoded: int = 64):
     """(top-1 token, NLL of the next token) at every position, computed over a pool of ``kv_dtype`` as the
     engine would: prefill chunks whose attention reads earlier chunks from the pool (in bfloat16 products
@@ -116,7 +103,7 @@ def test_quality_guard_every_narrow_kv_dtype_keeps_the_models_predictions(smol, 
     float32 pool on the top-1 token at >= 98% of positions, and its mean NLL is within 2% (issue 32)."""
     load_paged_attention()
     lm, _ = smol
-    ids = _guard_text(smol_tokenizer)
+    ids = prose_ids(smol_tokenizer, 4000)
     assert len(ids) >= 3900
     base_top, base_nll = _teacher_forced(lm, ids, torch.float32)
     for dtype in (torch.float16, torch.bfloat16):

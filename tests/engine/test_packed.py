@@ -69,7 +69,7 @@ def test_codes_and_group_scales_are_read_from_the_blocks_exactly(kind):
     x = torch.randn(3, cols)
     want = x @ torch.from_numpy(dequantize(blocks, t)).T
     assert W.kernel_unavailable("int4-gemv", CPU) is None  # the native library is built and loaded
-    for kernel in ("int4", "int4-gemv"):
+    for kernel in ("int4", "int4-gemv", "int4-dot8"):
         got = W._MM[kernel](layer, x)
         assert (got - want).abs().max() <= 0.02 * want.abs().max(), kernel
 
@@ -97,6 +97,36 @@ def test_int4_gemv_is_the_exact_product_of_the_codes_and_each_row_is_batch_invar
     assert (full.double() - want).abs().max() <= 1e-5 * want.abs().max() * (k / 64) ** 0.5
     for lo, hi in ((0, 1), (3, 4), (8, 9), (0, 3), (1, 6), (2, 9)):
         assert torch.equal(torch.ops.radixchat.int4_gemv(x[lo:hi], w_int4, sz), full[lo:hi]), (lo, hi)
+
+
+@pytest.mark.parametrize("k", [64, 2048])
+def test_int4_dot8_is_the_exact_product_of_the_codes_and_8_bit_activations(k):
+    """The integer product against float64 arithmetic on the same codes and scales and on the activations rounded
+    as the kernel rounds them (per row and 16 inputs: scale max|x| / 127, codes round(x / scale)); and a row's
+    result is the same bits however many rows come with it, wherever it sits."""
+    assert W.kernel_unavailable("int4-dot8", CPU) is None
+    n = 192
+    gen = torch.Generator().manual_seed(k + 1)
+    codes = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.int32)
+    scale = torch.rand(n, k // 32, generator=gen) * 0.02 + 1e-3
+    low = -8 * scale + torch.randn(n, k // 32, generator=gen) * 1e-3
+    w_int4, sz = packed._pack_codes(codes.numpy().astype(np.uint8), scale.numpy(), low.numpy())
+    s, off = sz.double().unbind(-1)
+    w = (codes.double().view(n, -1, 32) - 8) * s.T[..., None] + off.T[..., None]
+    x = torch.randn(9, k, generator=gen)
+    x[2, :16] = 0  # an all-zero half group
+    groups = x.view(9, -1, 16)
+    amax = groups.abs().amax(-1, keepdim=True)
+    q = torch.round(groups * torch.where(amax > 0, 127 / amax, 0)).clamp(-127, 127)
+    assert q.abs().max() == 127 and torch.equal(q[2, 0], torch.zeros(16))
+    want = (q * (amax / 127)).view(9, k).double() @ w.view(n, k).T
+    full = torch.ops.radixchat.int4_dot8(x, w_int4, sz)
+    assert full.dtype == torch.float32 and full.shape == (9, n)
+    assert (full.double() - want).abs().max() <= 1e-5 * want.abs().max() * (k / 64) ** 0.5
+    rounded_bf16 = x.to(torch.bfloat16).double() @ w.view(n, k).T  # what int4-gemv computes: close to it
+    assert (full.double() - rounded_bf16).abs().max() <= 0.02 * rounded_bf16.abs().max()
+    for lo, hi in ((0, 1), (3, 4), (8, 9), (0, 3), (1, 6), (2, 9)):
+        assert torch.equal(torch.ops.radixchat.int4_dot8(x[lo:hi], w_int4, sz), full[lo:hi]), (lo, hi)
 
 
 def test_a_packed_model_has_no_float32_weights(tiny_packed):
@@ -138,7 +168,7 @@ def test_packed_model_stays_close_to_the_float32_model_of_the_same_file(tiny_ggu
     ids = torch.randint(0, 49152, (1, 40), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         want = exact(ids, use_cache=False).logits.float()
-        for kernel in ("int4", "int4-gemv", "int4-bf16"):
+        for kernel in ("int4", "int4-gemv", "int4-dot8", "int4-bf16"):
             W.install_plan(model, _one_kernel(kernel))
             got = model(ids, use_cache=False).logits.float()
             assert (got - want).abs().max() <= 0.05 * want.abs().max(), kernel
@@ -155,7 +185,7 @@ def _one_kernel(kernel: str) -> W.WeightsPlan:
     return W.WeightsPlan("packed", {"layers": ((1 << 62, kernel),), "head": ((1 << 62, "float16"),)})
 
 
-@pytest.mark.parametrize("kernel", ["int4", "int4-gemv"])
+@pytest.mark.parametrize("kernel", ["int4", "int4-gemv", "int4-dot8"])
 def test_engine_greedy_equals_transformers_on_the_packed_model(tiny_packed, kernel):
     """Equality on the packed weights: chunked prefill, two streams batched, then a cache hit, against plain
     transformers generate over the same packed weights (one kernel for every row count on both)."""
@@ -282,7 +312,7 @@ def _agreement(
     # Both real models store their (tied) embedding in 8 bits: the head multiplies its float16 rows.
     assert model.get_output_embeddings().w_float16 is model.get_input_embeddings().weight
     out = []
-    for kernel in ("int4", "int4-gemv", "int4-bf16"):
+    for kernel in ("int4", "int4-gemv", "int4-dot8", "int4-bf16"):
         W.install_plan(model, _one_kernel(kernel))
         with torch.inference_mode():
             logits = model(x, use_cache=False).logits[0, :-1].float()
@@ -293,16 +323,22 @@ def _agreement(
     return out
 
 
+#: int4-dot8 rounds the activations to 8 bits, as llama.cpp multiplies a GGUF's 4-bit weights (per 32 inputs there,
+#: per 16 here): its bar is above llama.cpp's own agreement with the float32 model of the same file (the bundled
+#: model: 96.5% over 2,000 tokens; ``bench/vs_llama.py --quality``). The other kernels keep 98%.
+AGREEMENT = {"int4-dot8": 0.97}
+
+
 def _guard(results) -> None:  # noqa: ANN001
     for kernel, agree, nll, base_nll in results:
-        assert agree >= 0.98, (kernel, agree)
+        assert agree >= AGREEMENT.get(kernel, 0.98), (kernel, agree)
         assert abs(nll - base_nll) <= 0.02 * base_nll, (kernel, nll, base_nll)
 
 
 @pytest.mark.real_model
 def test_quality_guard_packed_smollm2(smol, smol_tokenizer, tmp_path):
     """The bundled model packed (Q4_1 codes, float16 head) keeps >= 98% teacher-forced top-1 agreement with
-    float32 and its NLL within 2%, with either layer kernel."""
+    float32 (int4-dot8: 97%, ``AGREEMENT``) and its NLL within 2%, with every layer kernel."""
     _guard(_agreement("smollm2", smol[1], smol_tokenizer, tmp_path))
 
 

@@ -9,8 +9,10 @@ a few seconds, once (``scripts/setup.sh`` runs it ahead); a later start only loa
 ``int4.cpp`` registers the products with quantized weights: ``torch.ops.radixchat.int4_gemv``, a few rows times a
 packed model's 4-bit codes, for decode steps (``weights.py``'s ``int4-gemv`` kernel);
 ``torch.ops.radixchat.int4_dequant``, those codes unpacked into a bfloat16 matrix at memory speed, for prefill
-chunks (the ``int4-bf16`` kernel); and ``torch.ops.radixchat.int8_gemv``, a few rows times 8-bit codes with a
-scale per 32 inputs, for LM heads (the ``int8`` kernel).
+chunks (the ``int4-bf16`` kernel); ``torch.ops.radixchat.int4_dot8``, those codes times activations rounded to 8
+bits, in integer dot products, for packed models' chat turns and prefill chunks (the ``int4-dot8`` kernel); and
+``torch.ops.radixchat.int8_gemv``, a few rows times 8-bit codes with a scale per 32 inputs, for LM heads (the
+``int8`` kernel).
 
 Where it cannot be built (no compiler, another platform) the engine keeps its portable path (gather, then
 SDPA) and says so in its stats; nothing else changes.
@@ -155,14 +157,18 @@ def _register_fake() -> None:
     def _(x, packed, sz):  # noqa: ANN001, ANN202
         return x.new_empty((x.shape[0], sz.shape[1]), dtype=torch.float32)
 
+    @torch.library.register_fake("radixchat::int4_dot8")
+    def _(x, packed, sz):  # noqa: ANN001, ANN202
+        return x.new_empty((x.shape[0], sz.shape[1]), dtype=torch.float32)
+
     @torch.library.register_fake("radixchat::int8_gemv")
     def _(x, codes, scales):  # noqa: ANN001, ANN202
         return x.new_empty((x.shape[0], codes.shape[0] * codes.shape[2]), dtype=torch.float32)
 
 
 def native_ready() -> bool:
-    """Whether the products with quantized weights (``int4_gemv``, ``int4_dequant``, ``int8_gemv``) are loaded (by
-    ``load_paged_attention``, which builds the one library of native kernels)."""
+    """Whether the products with quantized weights (``int4_gemv``, ``int4_dot8``, ``int4_dequant``, ``int8_gemv``)
+    are loaded (by ``load_paged_attention``, which builds the one library of native kernels)."""
     return _state.get("paged_decode", "not loaded") is None and hasattr(torch.ops.radixchat, "int8_gemv")
 
 

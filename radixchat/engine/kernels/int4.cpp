@@ -6,6 +6,9 @@
 // group's scale and offset: offset * sum(x) for the group, so the inner loop is one multiply-add per code and row.
 // A row's sums run in the same order however many rows come with it (its result does not depend on its batch).
 //
+// int4_dot8: the same codes times activations rounded to 8 bits, in integer dot products (AVX-512 VNNI), for
+// packed models' chat turns and prefill chunks (below).
+//
 // int8_gemv: a few rows times 8-bit codes (GGUF's Q8_0), for LM heads (below).
 //
 // int4_dequant: the weights back to a bfloat16 matrix, for prefill chunks.
@@ -28,6 +31,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -241,6 +245,176 @@ at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at:
   return y;
 }
 
+// int4_dot8: the same codes times activations rounded to 8 bits: per row and half group (16 inputs), a scale d =
+// max|x| / 127 and integer codes round(x / d) (llama.cpp rounds per 32 inputs; per 16 keeps more of a model's
+// top-1 tokens, at a small cost in speed: bench/quality.py, docs/benchmarks.md section 12). Integer dot
+// products: one AVX-512 VNNI vpdpbusd multiplies four inputs' codes (0..15, unsigned) of 16 outputs with four
+// activation codes (signed) and adds them into exact 32-bit sums; each half group's sum is scaled by its d, and the
+// group's by its scale: out += scale * (d0 * sum0 + d1 * sum1) + offset' * sum(x rounded), offset' = offset - 8 *
+// scale. Twice the products per instruction of int4_gemv's vdpbf16ps, and one byte permute per 16 outputs and four
+// inputs instead of two: chat turns of tens of rows and prefill chunks (compute-bound there) go faster. Rows are
+// independent (batch-invariant), as in int4_gemv.
+constexpr int64_t HALF = GROUP / 2;
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+template <int64_t R>
+void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, const float* xd, const float* xsum,
+                float* y, int64_t K, int64_t N, int64_t n0, int64_t ldy) {
+  // bytes 4i..4i+3 of output i: its codes of inputs k..k+3, i.e. byte i of each 32-byte input row (v0: k, k + 1;
+  // v1: k + 2, k + 3). Low nibbles are outputs 0..31, high ones 32..63.
+  alignas(64) uint8_t pick[2][64];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 4; ++j) pick[h][4 * i + j] = static_cast<uint8_t>(32 * j + 16 * h + i);
+  const __m512i PICK0 = _mm512_load_si512(pick[0]), PICK1 = _mm512_load_si512(pick[1]);
+  const __m512i NIBBLE = _mm512_set1_epi8(15);
+  const __m512i HIGH16 = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  const int64_t groups = K / GROUP;
+  // the running sums live in y (L1-resident), so the registers hold the group's sums and the codes
+  for (int64_t r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(y + r * ldy + n0 + 16 * j, _mm512_setzero_ps());
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 gsum[R][4];
+    for (int64_t half = 0; half < 2; ++half) {
+      __m512i acc[R][4];
+      for (int64_t r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
+      const int64_t k0 = g * GROUP + half * HALF;
+      const uint8_t* src = codes + k0 * 32;
+#pragma GCC unroll 4
+      for (int64_t kk = 0; kk < HALF; kk += 4) {
+        const __m512i v0 = _mm512_loadu_si512(src + 32 * kk), v1 = _mm512_loadu_si512(src + 32 * kk + 64);
+        const __m512i p0 = _mm512_permutex2var_epi8(v0, PICK0, v1), p1 = _mm512_permutex2var_epi8(v0, PICK1, v1);
+        const __m512i w[4] = {
+            _mm512_and_si512(p0, NIBBLE),                         // outputs 0..15
+            _mm512_and_si512(p1, NIBBLE),                         // 16..31
+            _mm512_and_si512(_mm512_srli_epi16(p0, 4), NIBBLE),  // 32..47
+            _mm512_and_si512(_mm512_srli_epi16(p1, 4), NIBBLE),  // 48..63
+        };
+        for (int64_t r = 0; r < R; ++r) {
+          int32_t quad;
+          std::memcpy(&quad, xq + r * K + k0 + kk, sizeof quad);
+          const __m512i xv = _mm512_set1_epi32(quad);
+          for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
+        }
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        const __m512 d = _mm512_set1_ps(xd[r * 2 * groups + 2 * g + half]);
+        for (int j = 0; j < 4; ++j) {
+          const __m512 part = _mm512_cvtepi32_ps(acc[r][j]);
+          gsum[r][j] = half == 0 ? _mm512_mul_ps(part, d) : _mm512_fmadd_ps(part, d, gsum[r][j]);
+        }
+      }
+    }
+    const int32_t* sg = reinterpret_cast<const int32_t*>(s + (g * N + n0) * 2);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i pairs = _mm512_loadu_si512(sg + 16 * j);
+      const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+      const __m512 offset = _mm512_fnmadd_ps(_mm512_set1_ps(8.0f), scale,
+                                             _mm512_castsi512_ps(_mm512_and_si512(pairs, HIGH16)));
+      for (int64_t r = 0; r < R; ++r) {
+        float* out = y + r * ldy + n0 + 16 * j;
+        const __m512 sum = _mm512_fmadd_ps(_mm512_set1_ps(xsum[r * groups + g]), offset, _mm512_loadu_ps(out));
+        _mm512_storeu_ps(out, _mm512_fmadd_ps(gsum[r][j], scale, sum));
+      }
+    }
+  }
+}
+#else
+// Portable: the same integer sums and the same scaling, in plain loops over the 64 outputs.
+template <int64_t R>
+void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, const float* xd, const float* xsum,
+                float* y, int64_t K, int64_t N, int64_t n0, int64_t ldy) {
+  float out[R][BLOCK_N] = {};
+  const int64_t groups = K / GROUP;
+  for (int64_t g = 0; g < groups; ++g) {
+    float gsum[R][BLOCK_N] = {};
+    for (int64_t half = 0; half < 2; ++half) {
+      int32_t acc[R][BLOCK_N] = {};
+      for (int64_t k = g * GROUP + half * HALF; k < g * GROUP + (half + 1) * HALF; ++k) {
+        const uint8_t* src = codes + k * 32;
+        int32_t w[BLOCK_N];
+        for (int64_t c = 0; c < 32; ++c) {
+          w[c] = src[c] & 15;
+          w[32 + c] = src[c] >> 4;
+        }
+        for (int64_t r = 0; r < R; ++r) {
+          const int32_t xv = xq[r * K + k];
+          for (int64_t c = 0; c < BLOCK_N; ++c) acc[r][c] += w[c] * xv;
+        }
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        const float d = xd[r * 2 * groups + 2 * g + half];
+        for (int64_t c = 0; c < BLOCK_N; ++c) gsum[r][c] += static_cast<float>(acc[r][c]) * d;
+      }
+    }
+    const at::BFloat16* sg = s + (g * N + n0) * 2;
+    for (int64_t r = 0; r < R; ++r) {
+      const float xs = xsum[r * groups + g];
+      for (int64_t c = 0; c < BLOCK_N; ++c) {
+        const float scale = static_cast<float>(sg[2 * c]);
+        const float offset = static_cast<float>(sg[2 * c + 1]) - 8.0f * scale;
+        out[r][c] += gsum[r][c] * scale + xs * offset;
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) std::memcpy(y + r * ldy + n0, out[r], sizeof out[r]);
+}
+#endif
+
+at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "int4_dot8: packed must be uint8");
+  TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() && sz.dim() == 3, "int4_dot8: bad sz");
+  TORCH_CHECK(x_in.dim() == 2, "int4_dot8: x must be [M, K]");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
+  TORCH_CHECK(N % BLOCK_N == 0 && K % GROUP == 0, "int4_dot8: N must be a multiple of 64, K of 32");
+  TORCH_CHECK(packed.numel() == N * K / 2 && sz.size(0) == groups, "int4_dot8: shapes");
+  // each row's activations per 16 inputs: codes round(x / d), d = max|x| / 127; and per group of 32, the sum of
+  // the rounded activations (d times the codes' sum, over both halves)
+  std::vector<int8_t> xq(M * K);
+  std::vector<float> xd(M * K / HALF), xsum(M * groups, 0.0f);
+  const float* xp = x.data_ptr<float>();
+  for (int64_t i = 0; i < M * K / HALF; ++i) {
+    const float* xi = xp + i * HALF;
+#if defined(__AVX512F__)
+    // one vector of 16 inputs; the conversion rounds to nearest even, as nearbyint below
+    const __m512 v = _mm512_loadu_ps(xi);
+    const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq.data() + i * HALF), _mm512_cvtepi32_epi8(q));
+    const int32_t total = _mm512_reduce_add_epi32(q);
+#else
+    float amax = 0.0f;
+    for (int64_t c = 0; c < HALF; ++c) amax = std::max(amax, std::abs(xi[c]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t total = 0;
+    for (int64_t c = 0; c < HALF; ++c) {
+      const int32_t q = static_cast<int32_t>(std::nearbyint(xi[c] * inv));
+      xq[i * HALF + c] = static_cast<int8_t>(q);
+      total += q;
+    }
+#endif
+    xd[i] = amax / 127.0f;
+    xsum[i / 2] += xd[i] * static_cast<float>(total);
+  }
+  at::Tensor y = x.new_empty({M, N});
+  const uint8_t* p = packed.data_ptr<uint8_t>();
+  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N / BLOCK_N, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const uint8_t* codes = p + b * K * 32;
+      each_tile(M, [&](auto rows, int64_t r0) {
+        dot8_block<decltype(rows)::value>(codes, s, xq.data() + r0 * K, xd.data() + r0 * K / HALF,
+                                          xsum.data() + r0 * groups, yp + r0 * N, K, N, b * BLOCK_N, N);
+      });
+    }
+  });
+  return y;
+}
+
 // int8_gemv: a few rows times 8-bit codes with a float32 scale per group of 32 inputs (GGUF's Q8_0), for LM heads.
 // Codes are [N/64][K][64] (64 outputs side by side per input), scales [N/64][K/32][64]. Float32 products and sums
 // (a head made from a Q8_0 tensor holds that tensor's exact values), a group's scale applied once per 32 inputs,
@@ -301,10 +475,12 @@ TORCH_LIBRARY_FRAGMENT(radixchat, m) {
   m.def("int4_dequant(Tensor packed, Tensor sz, Tensor(a!) out) -> Tensor(a!)");
   m.def("int4_gemv(Tensor x, Tensor packed, Tensor sz) -> Tensor");
   m.def("int8_gemv(Tensor x, Tensor codes, Tensor scales) -> Tensor");
+  m.def("int4_dot8(Tensor x, Tensor packed, Tensor sz) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(radixchat, CPU, m) {
   m.impl("int4_dequant", &radixchat::int4_dequant);
   m.impl("int4_gemv", &radixchat::int4_gemv);
   m.impl("int8_gemv", &radixchat::int8_gemv);
+  m.impl("int4_dot8", &radixchat::int4_dot8);
 }
