@@ -209,7 +209,8 @@ def test_engine_greedy_equals_transformers_on_the_packed_model(tiny_packed, kern
     W.install_plan(lm.model, lm.weights)
 
 
-def test_compiled_decode_step_runs_the_packed_model(tiny_packed, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernel", ["int4-gemv", "int4-dot8"])
+def test_compiled_decode_step_runs_the_packed_model(tiny_packed, tmp_path, monkeypatch, kernel):
     """The AOTInductor decode step over a packed model (int4 codes, no float32 weights) gives the same greedy
     tokens as transformers generate over the same weights, and holds no copy of them."""
     from safetensors import safe_open
@@ -220,7 +221,7 @@ def test_compiled_decode_step_runs_the_packed_model(tiny_packed, tmp_path, monke
     lm, _ = tiny_packed
     if why := G.compile_unavailable(lm.model, CPU):
         pytest.skip(why)
-    plan = _one_kernel("int4-gemv")  # the decode kernel the probe plans: a native op inside the graph
+    plan = _one_kernel(kernel)  # the decode kernels the probe plans: a native op inside the graph
     ref = packed.load(lm.path, attn="sdpa")
     for m in (lm.model, ref):
         W.install_plan(m, plan)
