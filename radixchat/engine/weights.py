@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 KERNELS = ("float32", "bfloat16", "float16", "int4", "int4-gemv", "int8")
 PACKED = "packed"
-#: What a packed model's probe times: its layers' three kernels and its head's float16.
+#: What a packed model's probe times: its layers' four kernels and its head's float16.
 PACKED_KERNELS = ("int4-gemv", "int4-dot8", "int4", "int4-bf16", "float16")
 # Each format may use these kernels (the probe picks one per row count among them).
 FORMATS: dict[str, tuple[str, ...]] = {

@@ -105,6 +105,27 @@ void each_tile(int64_t M, F&& f) {
   }
 }
 
+// The rows of a product with 4-bit codes as float32 [M, K], once its arguments are checked.
+at::Tensor int4_rows(const char* op, const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), op, ": packed must be uint8");
+  TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() && sz.dim() == 3, op, ": bad sz");
+  TORCH_CHECK(x_in.dim() == 2, op, ": x must be [M, K]");
+  at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t K = x.size(1), N = sz.size(1);
+  TORCH_CHECK(N % BLOCK_N == 0 && K % GROUP == 0, op, ": N must be a multiple of 64, K of 32");
+  TORCH_CHECK(packed.numel() == N * K / 2 && sz.size(0) == K / GROUP, op, ": shapes");
+  return x;
+}
+
+// f(its codes, its first row) for each block of 64 rows of the codes, the blocks shared among the threads.
+template <typename F>
+void each_block(const at::Tensor& packed, int64_t N, int64_t K, F&& f) {
+  const uint8_t* p = packed.data_ptr<uint8_t>();
+  at::parallel_for(0, N / BLOCK_N, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) f(p + b * K * 32, b * BLOCK_N);
+  });
+}
+
 #if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
 // AVX-512 BF16: one vdpbf16ps multiplies two inputs' codes (k, k + 1) of 16 outputs with the two activations
 // rounded to bfloat16. A code q becomes the bfloat16 128 + q by putting the byte 0x43 above it (0x43qq): one byte
@@ -206,13 +227,8 @@ void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb,
 #endif
 
 at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
-  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "int4_gemv: packed must be uint8");
-  TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() && sz.dim() == 3, "int4_gemv: bad sz");
-  TORCH_CHECK(x_in.dim() == 2, "int4_gemv: x must be [M, K]");
-  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const at::Tensor x = int4_rows("int4_gemv", x_in, packed, sz);
   const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
-  TORCH_CHECK(N % BLOCK_N == 0 && K % GROUP == 0, "int4_gemv: N must be a multiple of 64, K of 32");
-  TORCH_CHECK(packed.numel() == N * K / 2 && sz.size(0) == groups, "int4_gemv: shapes");
   // the activations rounded to bfloat16, and each row's sum of them over each group of inputs
   std::vector<uint16_t> xb(M * K);
   std::vector<float> xsum(M * groups);
@@ -230,17 +246,13 @@ at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at:
     xsum[i] = total;
   }
   at::Tensor y = x.new_empty({M, N});
-  const uint8_t* p = packed.data_ptr<uint8_t>();
   const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N / BLOCK_N, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const uint8_t* codes = p + b * K * 32;
-      each_tile(M, [&](auto rows, int64_t r0) {
-        gemv_block<decltype(rows)::value>(codes, s, xb.data() + r0 * K, xsum.data() + r0 * groups, yp + r0 * N, K, N,
-                                          b * BLOCK_N, N);
-      });
-    }
+  each_block(packed, N, K, [&](const uint8_t* codes, int64_t n0) {
+    each_tile(M, [&](auto rows, int64_t r0) {
+      gemv_block<decltype(rows)::value>(codes, s, xb.data() + r0 * K, xsum.data() + r0 * groups, yp + r0 * N, K, N,
+                                        n0, N);
+    });
   });
   return y;
 }
@@ -363,13 +375,8 @@ void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, c
 #endif
 
 at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
-  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "int4_dot8: packed must be uint8");
-  TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() && sz.dim() == 3, "int4_dot8: bad sz");
-  TORCH_CHECK(x_in.dim() == 2, "int4_dot8: x must be [M, K]");
-  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const at::Tensor x = int4_rows("int4_dot8", x_in, packed, sz);
   const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
-  TORCH_CHECK(N % BLOCK_N == 0 && K % GROUP == 0, "int4_dot8: N must be a multiple of 64, K of 32");
-  TORCH_CHECK(packed.numel() == N * K / 2 && sz.size(0) == groups, "int4_dot8: shapes");
   // each row's activations per 16 inputs: codes round(x / d), d = max|x| / 127; and per group of 32, the sum of
   // the rounded activations (d times the codes' sum, over both halves)
   std::vector<int8_t> xq(M * K);
@@ -400,17 +407,13 @@ at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at:
     xsum[i / 2] += xd[i] * static_cast<float>(total);
   }
   at::Tensor y = x.new_empty({M, N});
-  const uint8_t* p = packed.data_ptr<uint8_t>();
   const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N / BLOCK_N, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const uint8_t* codes = p + b * K * 32;
-      each_tile(M, [&](auto rows, int64_t r0) {
-        dot8_block<decltype(rows)::value>(codes, s, xq.data() + r0 * K, xd.data() + r0 * K / HALF,
-                                          xsum.data() + r0 * groups, yp + r0 * N, K, N, b * BLOCK_N, N);
-      });
-    }
+  each_block(packed, N, K, [&](const uint8_t* codes, int64_t n0) {
+    each_tile(M, [&](auto rows, int64_t r0) {
+      dot8_block<decltype(rows)::value>(codes, s, xq.data() + r0 * K, xd.data() + r0 * K / HALF,
+                                        xsum.data() + r0 * groups, yp + r0 * N, K, N, n0, N);
+    });
   });
   return y;
 }
