@@ -115,9 +115,11 @@ def _int4_mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
 def _native(op: str, buffer: str) -> Callable[[FormatLinear, torch.Tensor], torch.Tensor]:
     """A native product (``kernels/int4.cpp``) of the rows with a layer's ``w_<buffer>`` and ``sz_<buffer>``."""
 
+    codes, scales = f"w_{buffer}", f"sz_{buffer}"
+
     def mm(layer: FormatLinear, x: torch.Tensor) -> torch.Tensor:
-        codes, scales = getattr(layer, f"w_{buffer}"), getattr(layer, f"sz_{buffer}")
-        out = getattr(torch.ops.radixchat, op)(x.reshape(-1, layer.in_features), codes, scales)
+        product = getattr(torch.ops.radixchat, op)  # the library loads after import: looked up per call
+        out = product(x.reshape(-1, layer.in_features), getattr(layer, codes), getattr(layer, scales))
         out = out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
         return out if layer.bias is None else out + layer.bias
 
@@ -178,18 +180,22 @@ _BUFFER = {
 NATIVE = ("int4-bf16", "int4-gemv", "int4-dot8", "int8")
 
 
+def _int4_fit(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes 0..15, scale, minimum) per group of 32 inputs of ``w`` [N, K]: w ~ codes * scale + minimum."""
+    groups = w.reshape(w.shape[0], -1, INT4_GROUP)
+    lo = groups.amin(-1, keepdim=True)
+    scale = ((groups.amax(-1, keepdim=True) - lo) / 15).clamp(min=1e-12)
+    return ((groups - lo) / scale).round().clamp(0, 15), scale, lo
+
+
 def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(packed 4-bit weight, [groups, N, 2] bfloat16 scale and offset) for torch's CPU int4 matmul.
 
     Per group of 32 inputs: w ~ q * scale + minimum, q in 0..15. The kernel computes (q - 8) * scale + offset,
     so offset = minimum + 8 * scale."""
-    w = weight.detach().float()
-    n, k = w.shape
-    groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
-    lo = groups.amin(-1, keepdim=True)
-    scale = ((groups.amax(-1, keepdim=True) - lo) / 15).clamp(min=1e-12)
-    q = ((groups - lo) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
-    packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+    n, k = weight.shape
+    q, scale, lo = _int4_fit(weight.detach().float())
+    packed = torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).reshape(n, k), 1)
     sz = torch.stack([scale.reshape(n, -1), (lo + 8 * scale).reshape(n, -1)], -1)
     return packed, sz.transpose(0, 1).contiguous().to(torch.bfloat16)
 
@@ -220,11 +226,9 @@ def on_int4_grid(layers: Iterable[nn.Module], rows: int = 64) -> bool:
         if layer.weight is None or layer.in_features % INT4_GROUP:
             return False
         w = layer.weight.detach()[:rows].float()
-        groups = w.reshape(w.shape[0], -1, INT4_GROUP)
-        lo = groups.amin(-1, keepdim=True)
-        scale = ((groups.amax(-1, keepdim=True) - lo) / 15).clamp(min=1e-12)
-        back = ((groups - lo) / scale).round().clamp(0, 15) * scale + lo
-        if (back - groups).abs().mean() > GRID_TOLERANCE * groups.abs().mean():
+        q, scale, lo = _int4_fit(w)
+        groups = w.reshape(q.shape)
+        if (q * scale + lo - groups).abs().mean() > GRID_TOLERANCE * groups.abs().mean():
             return False
     return True
 

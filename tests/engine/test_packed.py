@@ -326,7 +326,7 @@ def _agreement(
 
 #: int4-dot8 rounds the activations to 8 bits, as llama.cpp multiplies a GGUF's 4-bit weights (per 32 inputs there,
 #: per 16 here): its bar is above llama.cpp's own agreement with the float32 model of the same file (the bundled
-#: model: 96.5% over 2,000 tokens; ``bench/vs_llama.py --quality``). The other kernels keep 98%.
+#: model: 96.5% over 2,000 tokens; ``bench/quality.py``). The other kernels keep 98%.
 AGREEMENT = {"int4-dot8": 0.97}
 
 
