@@ -46,6 +46,7 @@ def test_the_choice_is_measured_once_per_machine_and_cached(tmp_path, monkeypatc
 
     monkeypatch.setattr(KD, "probe", counting)
     monkeypatch.setattr(KD, "PROBE_CONTEXT", 512)  # the choice's mechanics, not its figures
+    monkeypatch.setattr(KD, "cpu_load", lambda: 0.1)  # a quiet machine: a busy one re-probes (below)
     first = KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path)
     again = KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path)
     assert first == again and first in (torch.float32, torch.float16, torch.bfloat16)
@@ -55,6 +56,22 @@ def test_the_choice_is_measured_once_per_machine_and_cached(tmp_path, monkeypatc
     assert KD.resolve_kv_dtype("auto", torch.bfloat16, CPU, shape, tmp_path) == torch.bfloat16
     assert KD.resolve_kv_dtype(None, torch.float32, CPU, shape, tmp_path) == torch.float32
     assert calls == [shape]
+
+
+def test_a_probe_taken_on_a_busy_machine_is_taken_again_once_it_is_quiet(tmp_path, monkeypatch):
+    shape = (4, 2, 64)
+    calls = []
+    real = KD.probe
+    monkeypatch.setattr(KD, "probe", lambda s: calls.append(s) or real(s))
+    monkeypatch.setattr(KD, "PROBE_CONTEXT", 512)
+    monkeypatch.setattr(KD, "cpu_load", lambda: 1.5)
+    KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path)
+    KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path)  # still busy: the busy probe is used
+    assert len(calls) == 1
+    monkeypatch.setattr(KD, "cpu_load", lambda: 0.1)
+    KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path)  # quiet now: measured again
+    KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path)  # and that quiet probe is kept
+    assert len(calls) == 2
 
 
 def _teacher_forced(lm, ids: list[int], kv_dtype: torch.dtype, chunk: int = 512, decoded: int = 64):
