@@ -165,7 +165,7 @@ class EngineCore:
         self.decode_state = "off"
         graphs = None
         if wants_compile(cfg.compile, lm, cfg.deterministic):
-            why = compile_unavailable(lm.model, lm.device) or (
+            why = compile_unavailable(lm.model, lm.device, self.paged_decode) or (
                 "no cache directory" if cfg.cache_dir is None else None
             )
             if why is None:

@@ -86,12 +86,17 @@ class DecodeStep(nn.Module):
         return self.model(input_ids=input_ids, position_ids=positions, use_cache=False, radix=meta).logits
 
 
-def compile_unavailable(model: nn.Module, device: torch.device) -> str | None:
-    """Why the decode step cannot be compiled here (None: it can)."""
+def compile_unavailable(model: nn.Module, device: torch.device, paged: bool) -> str | None:
+    """Why the decode step cannot be compiled here (None: it can). ``paged``: attention reads the pool in place
+    (the native kernel), which takes a sliding window as an argument; gathered attention masks the window
+    only once the context outgrows it, a branch on the context length that the export cannot span."""
     if device.type != "cpu":
         return "the compiled decode step is built for the CPU only"
-    if getattr(model.config, "sliding_window", None) and getattr(model.config, "use_sliding_window", True):
-        return "sliding-window attention makes the context length a guard"
+    sliding = getattr(model.config, "sliding_window", None) and getattr(
+        model.config, "use_sliding_window", True
+    )
+    if sliding and not paged:
+        return "sliding-window attention without the native attention kernel makes the context length a guard"
     if not any(shutil.which(c) for c in (os.environ.get("CXX") or "g++", "g++", "c++")):
         return "no C++ compiler (g++) for inductor"
     return None

@@ -30,17 +30,18 @@ def _no_builder(*_args, **_kwargs):
     raise AssertionError("the graphs were built already: no builder may start")
 
 
-def test_compiled_decode_matches_generate_and_is_used(tmp_path, smol_tokenizer, monkeypatch):
-    model, ref = build_pair(tiny_config("llama"))
-    if why := G.compile_unavailable(model, CPU):
-        pytest.skip(why)
+@pytest.mark.parametrize("arch", ["llama", "mistral", "gemma3"])  # the last two: sliding windows, outgrown
+def test_compiled_decode_matches_generate_and_is_used(tmp_path, smol_tokenizer, monkeypatch, arch):
+    model, ref = build_pair(tiny_config(arch))
     plan = apply_weights(model, "float32", CPU, tmp_path)  # the exact format: equality with generate holds
     model_dir = tmp_path / "model"
     model_dir.mkdir()
-    lm = replace(describe_model(model, smol_tokenizer, "tiny-llama", model_dir), weights=plan)
+    lm = replace(describe_model(model, smol_tokenizer, f"tiny-{arch}", model_dir), weights=plan)
     cfg = EngineConfig(kv_pool_tokens=2048, max_running_requests=4, compile="on", cache_dir=tmp_path)
     load_paged_attention()
     paged = paged_decode_usable(lm.head_dim, CPU)
+    if why := G.compile_unavailable(model, CPU, paged):
+        pytest.skip(why)
     spec = G.build_spec(lm, torch.float32, paged, 4)
     assert spec.ranges == [(1, 1), (2, 4)]
     # Build in this process (the engine would start a background builder), where the engine will look.
@@ -76,7 +77,7 @@ def test_a_package_holds_no_copy_of_the_model_s_own_tensors(tmp_path, smol_token
     constants: a package must not save them again (they were 335 MB per graph for the default model, read
     at every start and held twice in memory); the graph takes the serving model's own tensors."""
     model, _ = build_pair(tiny_config("llama"))
-    if why := G.compile_unavailable(model, CPU):
+    if why := G.compile_unavailable(model, CPU, paged=False):
         pytest.skip(why)
     if kernel_unavailable("bfloat16", CPU):
         pytest.skip("no bfloat16 kernel on this machine")
