@@ -190,10 +190,11 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)"
     )
-    weights: Literal["auto", "float32", "bfloat16", "float16", "int4", "packed"] = Field(
+    weights: Literal["auto", "float32", "bfloat16", "float16", "int8", "int4", "packed"] = Field(
         "auto",
         description="how the linear layers store and multiply their weights, on CPU: float32 (exact), "
-        "bfloat16, float16, int4 (4-bit, groups of 32) beside a float32 copy; packed (a GGUF packed once into "
+        "bfloat16, float16, int8 (8-bit, groups of 32, 8-bit activations), int4 (4-bit, groups of 32) beside a "
+        "float32 copy; packed (a GGUF packed once into "
         "int4 on disk and memory-mapped, no float32 copy); auto: packed for a GGUF whose float32 copy would "
         "take over 1/8 of the available memory, else the fastest on this machine (measured once, cached)",
     )

@@ -17,8 +17,13 @@ Kernels (a format is the set of kernels it may use):
   bundled SmolLM2) the 4-bit codes are recovered exactly; the group scales and the output round to bfloat16.
 
 - ``int4-gemv``  the same 4-bit codes through a native product (``kernels/int4.cpp``) for a few rows.
+- ``int8-dot8``  8-bit codes with a scale and a minimum per group of 32 inputs (256 levels: a Q4_1 group's 16 are
+  every 17th; a 5- or 6-bit GGUF weight, Gemma 3's Q5_0 and Q6_K, moves by at most half an 8-bit step), times
+  the activations rounded to 8 bits per 16 inputs, in integer dot products (``kernels/int4.cpp``): llama.cpp's
+  numerics for a GGUF's 8-bit weights, at every row count, and four times bfloat16's products per instruction.
 
-``auto`` takes int4 only for layers already on its grid (``on_int4_grid``: a Q4_1 file's), never requantizing.
+``auto`` takes int4 only for layers already on its grid (``on_int4_grid``: a Q4_1 file's), never requantizing
+to 4 bits; int8 is always among its choices (its quality guard: ``tests/engine/test_weights.py``).
 The LM head is the exception: every format computes it in int8 (8-bit codes and a scale per 32 inputs, as
 GGUF's Q8_0, float32 sums: a Q8_0 head's exact values), float16 or float32 (see ``HEAD_FORMATS``).
 
@@ -53,7 +58,7 @@ from radixchat.machine import BUSY_LOAD, cpu_load, read_probes, write_probe
 
 log = logging.getLogger(__name__)
 
-KERNELS = ("float32", "bfloat16", "float16", "int4", "int4-gemv", "int8")
+KERNELS = ("float32", "bfloat16", "float16", "int4", "int4-gemv", "int8", "int8-dot8")
 PACKED = "packed"
 #: What a packed model's probe times: its layers' four kernels and its head's float16.
 PACKED_KERNELS = ("int4-gemv", "int4-dot8", "int4", "int4-bf16", "float16")
@@ -62,6 +67,7 @@ FORMATS: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
     "bfloat16": ("bfloat16", "float32"),
     "float16": ("float16", "bfloat16", "float32"),
+    "int8": ("int8-dot8", "bfloat16", "float32"),
     "int4": ("int4", "int4-gemv", "bfloat16", "float32"),
     PACKED: ("int4-gemv", "int4-dot8", "int4", "int4-bf16"),
 }
@@ -78,6 +84,7 @@ HEAD_FORMATS: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
     "bfloat16": HEAD_KERNELS,
     "float16": HEAD_KERNELS,
+    "int8": HEAD_KERNELS,
     "int4": ("int8", "float32"),
     # A packed model keeps no float32 copy: its head is float16 (as the float16 and bfloat16 formats' is), or
     # the file's own 4-bit codes where the file stores the head (or the tied embedding) in 4 bits.
@@ -165,6 +172,7 @@ _MM: dict[str, Callable[[FormatLinear, torch.Tensor], torch.Tensor]] = {
     "int4-gemv": _native("int4_gemv", "int4"),
     "int4-dot8": _native("int4_dot8", "int4"),
     "int8": _native("int8_gemv", "int8"),
+    "int8-dot8": _native("int8_dot8", "u8"),
 }
 #: The compact copy each kernel multiplies (int4-bf16 unpacks the int4 codes).
 _BUFFER = {
@@ -175,9 +183,10 @@ _BUFFER = {
     "int4-gemv": "int4",
     "int4-dot8": "int4",
     "int8": "int8",
+    "int8-dot8": "u8",
 }
 #: The kernels of the native library (``kernels/int4.cpp``), which a start may fail to build or load.
-NATIVE = ("int4-bf16", "int4-gemv", "int4-dot8", "int8")
+NATIVE = ("int4-bf16", "int4-gemv", "int4-dot8", "int8", "int8-dot8")
 
 
 def _int4_fit(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -213,6 +222,24 @@ def _pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return codes, scale.reshape(n // 64, 64, -1).transpose(1, 2).contiguous()
 
 
+def _pack_u8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes [N/64, K/4, 64, 4] uint8, scales [N/64, K/32, 2, 64] float32) for ``int8_dot8``: per group of 32
+    inputs, 256 levels from the group's minimum to its maximum (w = code * scale + minimum; the scales hold a
+    group's 64 scales, then its 64 minimums). A group of a 4-bit grid whose codes span 0..15 (GGUF's Q4_1) keeps
+    its values: its 16 levels are every 17th code."""
+    w = weight.detach().float()
+    n, k = w.shape
+    groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
+    lo = groups.amin(-1)
+    scale = (groups.amax(-1) - lo) / 255
+    codes = ((groups - lo[..., None]) / scale.clamp(min=torch.finfo(torch.float32).tiny)[..., None]).round()
+    codes = codes.clamp(0, 255).to(torch.uint8).reshape(n // 64, 64, k // 4, 4).transpose(1, 2).contiguous()
+    sz = (
+        torch.stack([scale, lo], -1).reshape(n // 64, 64, k // INT4_GROUP, 2).permute(0, 2, 3, 1).contiguous()
+    )
+    return codes, sz
+
+
 #: A layer is on a 4-bit grid when refitting it to 16 levels per group of 32 changes it by less than this,
 #: relative to its mean magnitude (a Q4_1 file's layers: 0; Gemma 3's Q4_K/Q5_0/Q6_K layers: 2-11%).
 GRID_TOLERANCE = 1e-3
@@ -245,14 +272,17 @@ def kernel_fits(kernel: str, layer: nn.Module) -> bool:
     return True
 
 
+_PACKERS = {"int4": _pack_int4, "int8": _pack_int8, "u8": _pack_u8}
+
+
 def _pack(layer: FormatLinear, kernel: str) -> None:
     kernel = _BUFFER.get(kernel, kernel)
     if kernel in ("float32", "float32x8") or hasattr(layer, f"w_{kernel}"):
         return
     if layer.weight is None:
         raise ValueError(f"a packed layer has no '{kernel}' weights and no float32 ones to make them from")
-    if kernel in ("int4", "int8"):
-        packed, sz = (_pack_int4 if kernel == "int4" else _pack_int8)(layer.weight)
+    if kernel in _PACKERS:
+        packed, sz = _PACKERS[kernel](layer.weight)
         layer.register_buffer(f"w_{kernel}", packed, persistent=False)
         layer.register_buffer(f"sz_{kernel}", sz, persistent=False)
     else:
@@ -264,7 +294,7 @@ def _unpack(layer: FormatLinear, keep: Iterable[str]) -> None:
     if layer.weight is None:
         return  # a packed layer: its buffers are its only weights
     keep = {_BUFFER.get(k, k) for k in keep}
-    for kernel in KERNELS:
+    for kernel in {_BUFFER.get(k, k) for k in KERNELS}:
         if kernel != "float32" and kernel not in keep:
             for name in (f"w_{kernel}", f"sz_{kernel}"):
                 if hasattr(layer, name):

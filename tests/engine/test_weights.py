@@ -15,7 +15,7 @@ from torch import nn
 from radixchat.engine import weights as W
 from radixchat.errors import ConfigError
 from radixchat.machine import cpu_name, probed_auto_choice
-from tests.conftest import build_pair, tiny_config
+from tests.conftest import agreement_bar, build_pair, tiny_config
 
 CPU = torch.device("cpu")
 RUNNABLE = [f for f in W.runnable_formats(CPU) if f != "float32"]
@@ -70,6 +70,7 @@ def test_every_kernel_multiplies_like_f_linear():
             "int4": 0.25,
             "int4-gemv": 0.25,
             "int8": 2e-2,
+            "int8-dot8": 3e-2,
         }[kernel]
         assert (got - want).abs().max().item() < tol * want.abs().max().item(), kernel
 
@@ -104,6 +105,41 @@ def test_int8_holds_a_q8_0_tensor_exactly():
     assert (got - want).abs().max() <= 1e-5 * want.abs().max()
     full = W._MM["int8"](layer, x)
     assert all(torch.equal(W._MM["int8"](layer, x[i : i + 1]), full[i : i + 1]) for i in range(3))
+
+
+@pytest.mark.parametrize("k", [96, 2048])
+def test_int8_dot8_holds_a_4_bit_grid_and_is_the_exact_product_of_8_bit_activations(k):
+    """The int8 format's layers: 256 levels per group of 32 from its minimum, so a Q4_1 group (16 levels, codes
+    spanning 0..15) lands on every 17th code and keeps its values; the product is the float64 product of those
+    weights with the activations rounded as the kernel rounds them (per row and 16 inputs: scale max|x| / 127,
+    codes round(x / scale)); and a row's result is the same bits however many rows come with it."""
+    if W.kernel_unavailable("int8-dot8", CPU):
+        pytest.skip("no native int8 kernel on this machine")
+    g = torch.Generator().manual_seed(k)
+    n = 192
+    q = torch.randint(0, 16, (n, k // 32, 32), generator=g).float()
+    q[..., 0], q[..., 1] = 0, 15  # as a Q4_1 quantizer makes them: the group's minimum and maximum are codes
+    d = torch.rand(n, k // 32, 1, generator=g) * 0.01 + 1e-3
+    m = torch.randn(n, k // 32, 1, generator=g) * 0.05
+    weight = (q * d + m).reshape(n, k)
+    codes, sz = W._pack_u8(weight)
+    assert codes.shape == (n // 64, k // 4, 64, 4) and sz.shape == (n // 64, k // 32, 2, 64)
+    assert bool((codes.int() % 17 == 0).all())
+    per_input = codes.permute(0, 2, 1, 3).reshape(n, k).double()  # [N, K]
+    scale, low = (sz[:, :, i].permute(0, 2, 1).reshape(n, k // 32).double() for i in (0, 1))
+    back = (per_input.view(n, -1, 32) * scale[..., None] + low[..., None]).view(n, k)
+    assert (back - weight.double()).abs().max() <= 1e-6 * weight.abs().max()
+    x = torch.randn(9, k, generator=g)
+    x[2, :16] = 0  # an all-zero half group
+    groups = x.view(9, -1, 16)
+    amax = groups.abs().amax(-1, keepdim=True)
+    xq = torch.round(groups * torch.where(amax > 0, 127 / amax, 0)).clamp(-127, 127)
+    want = (xq * (amax / 127)).view(9, k).double() @ back.T
+    full = torch.ops.radixchat.int8_dot8(x, codes, sz)
+    assert full.dtype == torch.float32 and full.shape == (9, n)
+    assert (full.double() - want).abs().max() <= 1e-5 * want.abs().max() * (k / 64) ** 0.5
+    for lo, hi in ((0, 1), (3, 4), (8, 9), (0, 3), (1, 6), (2, 9)):
+        assert torch.equal(torch.ops.radixchat.int8_dot8(x[lo:hi], codes, sz), full[lo:hi]), (lo, hi)
 
 
 def test_int4_reproduces_q4_1_weights_up_to_bfloat16_rounding():
@@ -273,7 +309,7 @@ def test_every_format_serves_requests_like_generate_on_the_same_format(fmt, tmp_
     with torch.inference_mode():
         x = torch.tensor([prompt + req.output_ids])
         want, got = exact(x, use_cache=False).logits.float(), ref(x, use_cache=False).logits.float()
-    tol = {"float16": 2e-2, "bfloat16": 5e-2, "int4": 0.25}[fmt]
+    tol = {"float16": 2e-2, "bfloat16": 5e-2, "int8": 5e-2, "int4": 0.25}[fmt]
     assert (got - want).abs().max().item() < tol * want.abs().max().item()
 
 
@@ -281,9 +317,21 @@ def test_every_format_serves_requests_like_generate_on_the_same_format(fmt, tmp_
 @pytest.mark.parametrize("fmt", RUNNABLE)
 def test_quality_guard_teacher_forced_agreement_with_float32(fmt, smol, smol_tokenizer, probe_dir):
     """Teacher-forced on a fixed ~300-token text, every kernel a format uses (the decode one and the prefill
-    ones) agrees with float32 on the top-1 token at >= 98% of positions, and its mean NLL is within 2%."""
-    _, ref = smol
-    ids = smol_tokenizer.encode(TEXT)
+    ones) agrees with float32 on the top-1 token at >= 98% of positions (97% with 8-bit activations,
+    ``agreement_bar``), and its mean NLL is within 2%."""
+    _guard(smol[1], smol_tokenizer.encode(TEXT), fmt, probe_dir)
+
+
+@pytest.mark.gemma
+def test_quality_guard_gemma_int8(gemma, gemma_tokenizer, probe_dir):
+    """Gemma 3's layers are Q4_K, Q5_0 and Q6_K in its GGUF: ``auto`` may requantize them to int8 (never to int4,
+    ``test_auto_takes_int4_only_for_weights_already_on_its_grid``), and int8 keeps its predictions too."""
+    if W.kernel_unavailable("int8", CPU):
+        pytest.skip("no int8 kernel on this machine")
+    _guard(gemma[1], gemma_tokenizer.encode(TEXT), "int8", probe_dir)
+
+
+def _guard(ref: nn.Module, ids: list[int], fmt: str, probe_dir) -> None:  # noqa: ANN001
     assert 250 <= len(ids) <= 400
     x = torch.tensor([ids])
     with torch.inference_mode():
@@ -297,8 +345,10 @@ def test_quality_guard_teacher_forced_agreement_with_float32(fmt, smol, smol_tok
     # Every kernel of every group's table, with the other groups on their decode (one-row) kernel.
     for group, table in plan.tables.items():
         for kernel in sorted({k for _, k in table}):
+            used = []
             for g, items in groups.items():
                 use = kernel if g == group else plan.tables[g][0][1]
+                used.append(use)
                 for _, _, layer in items:
                     W._pack(layer, use)
                     layer.table = ((1 << 62, use),)
@@ -307,5 +357,5 @@ def test_quality_guard_teacher_forced_agreement_with_float32(fmt, smol, smol_tok
             agree = (logits.argmax(-1) == base.argmax(-1)).float().mean().item()
             nll = torch.nn.functional.cross_entropy(logits, target).item()
             print(f"{fmt} {group}/{kernel}: top-1 agreement {agree:.3f}, NLL {nll:.4f} vs {base_nll:.4f}")
-            assert agree >= 0.98, (group, kernel, agree)
+            assert agree >= min(map(agreement_bar, used)), (group, kernel, agree)
             assert abs(nll - base_nll) <= 0.02 * base_nll, (group, kernel, nll, base_nll)

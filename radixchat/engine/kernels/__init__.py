@@ -10,9 +10,10 @@ a few seconds, once (``scripts/setup.sh`` runs it ahead); a later start only loa
 packed model's 4-bit codes, for decode steps (``weights.py``'s ``int4-gemv`` kernel);
 ``torch.ops.radixchat.int4_dequant``, those codes unpacked into a bfloat16 matrix at memory speed, for prefill
 chunks (the ``int4-bf16`` kernel); ``torch.ops.radixchat.int4_dot8``, those codes times activations rounded to 8
-bits, in integer dot products, for packed models' chat turns and prefill chunks (the ``int4-dot8`` kernel); and
+bits, in integer dot products, for packed models' chat turns and prefill chunks (the ``int4-dot8`` kernel);
 ``torch.ops.radixchat.int8_gemv``, a few rows times 8-bit codes with a scale per 32 inputs, for LM heads (the
-``int8`` kernel).
+``int8`` kernel); and ``torch.ops.radixchat.int8_dot8``, 8-bit codes with a scale and a minimum per 32 inputs
+times activations rounded to 8 bits, for the int8 format's layers (the ``int8-dot8`` kernel).
 
 Where it cannot be built (no compiler, another platform) the engine keeps its portable path (gather, then
 SDPA) and says so in its stats; nothing else changes.
@@ -162,6 +163,10 @@ def _register_fake() -> None:
         return x.new_empty((x.shape[0], sz.shape[1]), dtype=torch.float32)
 
     @torch.library.register_fake("radixchat::int8_gemv")
+    def _(x, codes, scales):  # noqa: ANN001, ANN202
+        return x.new_empty((x.shape[0], codes.shape[0] * codes.shape[2]), dtype=torch.float32)
+
+    @torch.library.register_fake("radixchat::int8_dot8")
     def _(x, codes, scales):  # noqa: ANN001, ANN202
         return x.new_empty((x.shape[0], codes.shape[0] * codes.shape[2]), dtype=torch.float32)
 

@@ -11,6 +11,9 @@
 //
 // int8_gemv: a few rows times 8-bit codes (GGUF's Q8_0), for LM heads (below).
 //
+// int8_dot8: 8-bit codes with a scale and a minimum per group times activations rounded to 8 bits, in integer dot
+// products, for the int8 format's layers (below).
+//
 // int4_dequant: the weights back to a bfloat16 matrix, for prefill chunks.
 //
 // A packed model (radixchat/engine/packed.py) keeps its linear layers only as 4-bit codes: the int4 matmul
@@ -374,13 +377,16 @@ void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, c
 }
 #endif
 
-at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
-  const at::Tensor x = int4_rows("int4_dot8", x_in, packed, sz);
-  const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
-  // each row's activations per 16 inputs: codes round(x / d), d = max|x| / 127; and per group of 32, the sum of
-  // the rounded activations (d times the codes' sum, over both halves)
-  std::vector<int8_t> xq(M * K);
-  std::vector<float> xd(M * K / HALF), xsum(M * groups, 0.0f);
+// Each row's activations rounded per 16 inputs: codes round(x / d), d = max|x| / 127; and per group of 32, the sum of
+// the rounded activations (d times the codes' sum, over both halves).
+struct Rounded {
+  std::vector<int8_t> q;
+  std::vector<float> d, sum;
+};
+
+Rounded round8(const at::Tensor& x) {
+  const int64_t M = x.size(0), K = x.size(1);
+  Rounded out{std::vector<int8_t>(M * K), std::vector<float>(M * K / HALF), std::vector<float>(M * K / GROUP, 0.0f)};
   const float* xp = x.data_ptr<float>();
   for (int64_t i = 0; i < M * K / HALF; ++i) {
     const float* xi = xp + i * HALF;
@@ -390,7 +396,7 @@ at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at:
     const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq.data() + i * HALF), _mm512_cvtepi32_epi8(q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q.data() + i * HALF), _mm512_cvtepi32_epi8(q));
     const int32_t total = _mm512_reduce_add_epi32(q);
 #else
     float amax = 0.0f;
@@ -399,21 +405,139 @@ at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at:
     int32_t total = 0;
     for (int64_t c = 0; c < HALF; ++c) {
       const int32_t q = static_cast<int32_t>(std::nearbyint(xi[c] * inv));
-      xq[i * HALF + c] = static_cast<int8_t>(q);
+      out.q[i * HALF + c] = static_cast<int8_t>(q);
       total += q;
     }
 #endif
-    xd[i] = amax / 127.0f;
-    xsum[i / 2] += xd[i] * static_cast<float>(total);
+    out.d[i] = amax / 127.0f;
+    out.sum[i / 2] += out.d[i] * static_cast<float>(total);
   }
+  return out;
+}
+
+at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
+  const at::Tensor x = int4_rows("int4_dot8", x_in, packed, sz);
+  const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
+  const Rounded xr = round8(x);
   at::Tensor y = x.new_empty({M, N});
   const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
   float* yp = y.data_ptr<float>();
   each_block(packed, N, K, [&](const uint8_t* codes, int64_t n0) {
     each_tile(M, [&](auto rows, int64_t r0) {
-      dot8_block<decltype(rows)::value>(codes, s, xq.data() + r0 * K, xd.data() + r0 * K / HALF,
-                                        xsum.data() + r0 * groups, yp + r0 * N, K, N, n0, N);
+      dot8_block<decltype(rows)::value>(codes, s, xr.q.data() + r0 * K, xr.d.data() + r0 * K / HALF,
+                                        xr.sum.data() + r0 * groups, yp + r0 * N, K, N, n0, N);
     });
+  });
+  return y;
+}
+
+// int8_dot8: the int8 format's layers, 8-bit codes (0..255) with a float32 scale and minimum per group of 32 inputs
+// (w = code * scale + minimum: a 4-bit grid whose codes span 0..15, GGUF's Q4_1, is every 17th code), times the
+// activations rounded as int4_dot8's, in the same integer dot products and with the same scaling. Codes are
+// [N/64][K/4][64][4]: four inputs of one output side by side, so one 64-byte load is the four inputs of 16 outputs
+// that one vpdpbusd takes, with no permute. Scales are [N/64][K/32][2][64], a group's 64 scales then its 64
+// minimums. Rows are independent (batch-invariant).
+#if defined(__AVX512VNNI__)
+template <int64_t R>
+void u8_block(const uint8_t* codes, const float* sc, const int8_t* xq, const float* xd, const float* xsum, float* y,
+              int64_t K, int64_t ldy) {
+  const int64_t groups = K / GROUP;
+  for (int64_t r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(y + r * ldy + 16 * j, _mm512_setzero_ps());
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 gsum[R][4];
+    for (int64_t half = 0; half < 2; ++half) {
+      __m512i acc[R][4];
+      for (int64_t r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
+      const int64_t k0 = g * GROUP + half * HALF;
+#pragma GCC unroll 4
+      for (int64_t kk = 0; kk < HALF; kk += 4) {
+        const uint8_t* src = codes + (k0 + kk) * BLOCK_N;
+        __m512i w[4];
+        for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(src + 64 * j);
+        for (int64_t r = 0; r < R; ++r) {
+          int32_t quad;
+          std::memcpy(&quad, xq + r * K + k0 + kk, sizeof quad);
+          const __m512i xv = _mm512_set1_epi32(quad);
+          for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
+        }
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        const __m512 d = _mm512_set1_ps(xd[r * 2 * groups + 2 * g + half]);
+        for (int j = 0; j < 4; ++j) {
+          const __m512 part = _mm512_cvtepi32_ps(acc[r][j]);
+          gsum[r][j] = half == 0 ? _mm512_mul_ps(part, d) : _mm512_fmadd_ps(part, d, gsum[r][j]);
+        }
+      }
+    }
+    const float* sg = sc + g * 2 * BLOCK_N;
+    for (int j = 0; j < 4; ++j) {
+      const __m512 scale = _mm512_loadu_ps(sg + 16 * j), minimum = _mm512_loadu_ps(sg + BLOCK_N + 16 * j);
+      for (int64_t r = 0; r < R; ++r) {
+        float* out = y + r * ldy + 16 * j;
+        const __m512 sum = _mm512_fmadd_ps(_mm512_set1_ps(xsum[r * groups + g]), minimum, _mm512_loadu_ps(out));
+        _mm512_storeu_ps(out, _mm512_fmadd_ps(gsum[r][j], scale, sum));
+      }
+    }
+  }
+}
+#else
+// Portable: the same integer sums and the same scaling, in plain loops over the 64 outputs.
+template <int64_t R>
+void u8_block(const uint8_t* codes, const float* sc, const int8_t* xq, const float* xd, const float* xsum, float* y,
+              int64_t K, int64_t ldy) {
+  float out[R][BLOCK_N] = {};
+  const int64_t groups = K / GROUP;
+  for (int64_t g = 0; g < groups; ++g) {
+    float gsum[R][BLOCK_N] = {};
+    for (int64_t half = 0; half < 2; ++half) {
+      int32_t acc[R][BLOCK_N] = {};
+      for (int64_t k = g * GROUP + half * HALF; k < g * GROUP + (half + 1) * HALF; ++k) {
+        const uint8_t* src = codes + (k / 4) * 4 * BLOCK_N + k % 4;
+        for (int64_t r = 0; r < R; ++r) {
+          const int32_t xv = xq[r * K + k];
+          for (int64_t c = 0; c < BLOCK_N; ++c) acc[r][c] += static_cast<int32_t>(src[4 * c]) * xv;
+        }
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        const float d = xd[r * 2 * groups + 2 * g + half];
+        for (int64_t c = 0; c < BLOCK_N; ++c) gsum[r][c] += static_cast<float>(acc[r][c]) * d;
+      }
+    }
+    const float* sg = sc + g * 2 * BLOCK_N;
+    for (int64_t r = 0; r < R; ++r) {
+      const float xs = xsum[r * groups + g];
+      for (int64_t c = 0; c < BLOCK_N; ++c) out[r][c] += gsum[r][c] * sg[c] + xs * sg[BLOCK_N + c];
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) std::memcpy(y + r * ldy, out[r], sizeof out[r]);
+}
+#endif
+
+at::Tensor int8_dot8(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& scales) {
+  TORCH_CHECK(codes.scalar_type() == at::kByte && codes.is_contiguous() && codes.dim() == 4, "int8_dot8: codes");
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() && scales.dim() == 4, "int8_dot8: scales");
+  TORCH_CHECK(x_in.dim() == 2, "int8_dot8: x must be [M, K]");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), K = x.size(1), blocks = codes.size(0), N = blocks * BLOCK_N, groups = K / GROUP;
+  TORCH_CHECK(K % GROUP == 0 && codes.size(1) == K / 4 && codes.size(2) == BLOCK_N && codes.size(3) == 4,
+              "int8_dot8: shapes");
+  TORCH_CHECK(scales.size(0) == blocks && scales.size(1) == groups && scales.size(2) == 2 && scales.size(3) == BLOCK_N,
+              "int8_dot8: scales");
+  const Rounded xr = round8(x);
+  at::Tensor y = x.new_empty({M, N});
+  const uint8_t* q = codes.data_ptr<uint8_t>();
+  const float* sc = scales.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      each_tile(M, [&](auto rows, int64_t r0) {
+        u8_block<decltype(rows)::value>(q + b * K * BLOCK_N, sc + b * groups * 2 * BLOCK_N, xr.q.data() + r0 * K,
+                                        xr.d.data() + r0 * K / HALF, xr.sum.data() + r0 * groups,
+                                        yp + r0 * N + b * BLOCK_N, K, N);
+      });
+    }
   });
   return y;
 }
@@ -459,7 +583,7 @@ at::Tensor int8_gemv(const at::Tensor& x_in, const at::Tensor& codes, const at::
   const float* sc = scales.data_ptr<float>();
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const int8_t* qb = q + b * K * Q8_ROWS;
       const float* sb = sc + b * (K / GROUP) * Q8_ROWS;
@@ -479,6 +603,7 @@ TORCH_LIBRARY_FRAGMENT(radixchat, m) {
   m.def("int4_gemv(Tensor x, Tensor packed, Tensor sz) -> Tensor");
   m.def("int8_gemv(Tensor x, Tensor codes, Tensor scales) -> Tensor");
   m.def("int4_dot8(Tensor x, Tensor packed, Tensor sz) -> Tensor");
+  m.def("int8_dot8(Tensor x, Tensor codes, Tensor scales) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(radixchat, CPU, m) {
@@ -486,4 +611,5 @@ TORCH_LIBRARY_IMPL(radixchat, CPU, m) {
   m.impl("int4_gemv", &radixchat::int4_gemv);
   m.impl("int8_gemv", &radixchat::int8_gemv);
   m.impl("int4_dot8", &radixchat::int4_dot8);
+  m.impl("int8_dot8", &radixchat::int8_dot8);
 }
