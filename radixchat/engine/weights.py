@@ -209,15 +209,18 @@ def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, sz.transpose(0, 1).contiguous().to(torch.bfloat16)
 
 
+_TINY = torch.finfo(torch.float16).tiny  # a group below float16's range gets scale 0: its weights become 0
+
+
 def _pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(codes [N/64, K, 64] int8, scales [N/64, K/32, 64] float32) for ``int8_gemv``: per group of 32 inputs,
-    scale = max |w| / 127 and code = round(w / scale), as GGUF's Q8_0. A weight dequantized from Q8_0 gets its
-    own codes and scales back exactly (its largest code is ±127)."""
+    """(codes [N/64, K, 64] int8, scales [N/64, K/32, 64] float16) for ``int8_gemv``: per group of 32 inputs,
+    scale = max |w| / 127 (in float16, as GGUF's Q8_0 stores it) and code = round(w / scale). A weight
+    dequantized from Q8_0 gets its own codes and scales back exactly (its largest code is ±127)."""
     w = weight.detach().float()
     n, k = w.shape
     groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
-    scale = groups.abs().amax(-1) / 127
-    codes = (groups / scale.clamp(min=torch.finfo(torch.float32).tiny)[..., None]).round().clamp(-127, 127)
+    scale = (groups.abs().amax(-1) / 127).to(torch.float16)
+    codes = (groups / scale.float().clamp(min=_TINY)[..., None]).round().clamp(-127, 127)
     codes = codes.to(torch.int8).reshape(n // 64, 64, k).transpose(1, 2).contiguous()
     return codes, scale.reshape(n // 64, 64, -1).transpose(1, 2).contiguous()
 
@@ -226,7 +229,7 @@ def _pack_u8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes [N/64, K/4, 64, 4] uint8, scales [N/64, K/32, 2, 64] float32) for ``int8_dot8``: per group of 32
     inputs, 256 levels from the group's minimum to its maximum (w = code * scale + minimum; the scales hold a
     group's 64 scales, then its 64 minimums). A group of a 4-bit grid whose codes span 0..15 (GGUF's Q4_1) keeps
-    its values: its 16 levels are every 17th code."""
+    its values: its 16 levels are every 17th code (float16 scales and minimums would move them off it)."""
     w = weight.detach().float()
     n, k = w.shape
     groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
@@ -234,10 +237,8 @@ def _pack_u8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = (groups.amax(-1) - lo) / 255
     codes = ((groups - lo[..., None]) / scale.clamp(min=torch.finfo(torch.float32).tiny)[..., None]).round()
     codes = codes.clamp(0, 255).to(torch.uint8).reshape(n // 64, 64, k // 4, 4).transpose(1, 2).contiguous()
-    sz = (
-        torch.stack([scale, lo], -1).reshape(n // 64, 64, k // INT4_GROUP, 2).permute(0, 2, 3, 1).contiguous()
-    )
-    return codes, sz
+    sz = torch.stack([scale, lo], -1).reshape(n // 64, 64, k // INT4_GROUP, 2).permute(0, 2, 3, 1)
+    return codes, sz.contiguous()
 
 
 #: A layer is on a 4-bit grid when refitting it to 16 levels per group of 32 changes it by less than this,

@@ -30,6 +30,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -542,7 +543,7 @@ at::Tensor int8_dot8(const at::Tensor& x_in, const at::Tensor& codes, const at::
   return y;
 }
 
-// int8_gemv: a few rows times 8-bit codes with a float32 scale per group of 32 inputs (GGUF's Q8_0), for LM heads.
+// int8_gemv: a few rows times 8-bit codes with a float16 scale per group of 32 inputs (GGUF's Q8_0), for LM heads.
 // Codes are [N/64][K][64] (64 outputs side by side per input), scales [N/64][K/32][64]. Float32 products and sums
 // (a head made from a Q8_0 tensor holds that tensor's exact values), a group's scale applied once per 32 inputs,
 // the same arithmetic for a row in every tile. Plain loops over 64 outputs, which the compiler vectorizes into
@@ -550,7 +551,7 @@ at::Tensor int8_dot8(const at::Tensor& x_in, const at::Tensor& codes, const at::
 constexpr int64_t Q8_ROWS = 64;
 
 template <int64_t R>
-void int8_tile(const int8_t* q, const float* sc, const float* x, float* y, int64_t K, int64_t ldy) {
+void int8_tile(const int8_t* q, const at::Half* sc, const float* x, float* y, int64_t K, int64_t ldy) {
   float out[R][Q8_ROWS] = {};
   for (int64_t g = 0; g < K / GROUP; ++g) {
     float acc[R][Q8_ROWS] = {};
@@ -563,7 +564,8 @@ void int8_tile(const int8_t* q, const float* sc, const float* x, float* y, int64
         for (int64_t c = 0; c < Q8_ROWS; ++c) acc[r][c] += w[c] * xv;
       }
     }
-    const float* scale = sc + g * Q8_ROWS;
+    float scale[Q8_ROWS];
+    for (int64_t c = 0; c < Q8_ROWS; ++c) scale[c] = static_cast<float>(sc[g * Q8_ROWS + c]);
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < Q8_ROWS; ++c) out[r][c] += acc[r][c] * scale[c];
   }
@@ -572,7 +574,7 @@ void int8_tile(const int8_t* q, const float* sc, const float* x, float* y, int64
 
 at::Tensor int8_gemv(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& scales) {
   TORCH_CHECK(codes.scalar_type() == at::kChar && codes.is_contiguous() && codes.dim() == 3, "int8_gemv: codes");
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() && scales.dim() == 3, "int8_gemv: scales");
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.dim() == 3, "int8_gemv: scales");
   TORCH_CHECK(x_in.dim() == 2, "int8_gemv: x must be [M, K]");
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   const int64_t M = x.size(0), K = x.size(1), blocks = codes.size(0), N = blocks * Q8_ROWS;
@@ -580,13 +582,13 @@ at::Tensor int8_gemv(const at::Tensor& x_in, const at::Tensor& codes, const at::
   TORCH_CHECK(scales.size(0) == blocks && scales.size(1) == K / GROUP && scales.size(2) == Q8_ROWS, "int8_gemv: scales");
   at::Tensor y = x.new_empty({M, N});
   const int8_t* q = codes.data_ptr<int8_t>();
-  const float* sc = scales.data_ptr<float>();
+  const at::Half* sc = scales.data_ptr<at::Half>();
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const int8_t* qb = q + b * K * Q8_ROWS;
-      const float* sb = sc + b * (K / GROUP) * Q8_ROWS;
+      const at::Half* sb = sc + b * (K / GROUP) * Q8_ROWS;
       each_tile(M, [&](auto rows, int64_t r0) {
         int8_tile<decltype(rows)::value>(qb, sb, xp + r0 * K, yp + r0 * N + b * Q8_ROWS, K, N);
       });
