@@ -565,7 +565,13 @@ void int8_tile(const int8_t* q, const at::Half* sc, const float* x, float* y, in
       }
     }
     float scale[Q8_ROWS];
+#if defined(__AVX512F__)
+    for (int64_t c = 0; c < Q8_ROWS; c += 16)
+      _mm512_storeu_ps(scale + c,
+                       _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + g * Q8_ROWS + c))));
+#else
     for (int64_t c = 0; c < Q8_ROWS; ++c) scale[c] = static_cast<float>(sc[g * Q8_ROWS + c]);
+#endif
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < Q8_ROWS; ++c) out[r][c] += acc[r][c] * scale[c];
   }
