@@ -272,6 +272,33 @@ at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at:
 // independent (batch-invariant), as in int4_gemv.
 constexpr int64_t HALF = GROUP / 2;
 
+#if defined(__AVX512VNNI__)
+// The two 8-bit products' shared steps. acc[r][j] += 16 outputs' codes of four inputs (w[j], unsigned) times row r's
+// activation codes of those inputs (from k on), in one vpdpbusd per output vector.
+template <int64_t R>
+inline void dot4(__m512i (&acc)[R][4], const __m512i (&w)[4], const int8_t* xq, int64_t K, int64_t k) {
+  for (int64_t r = 0; r < R; ++r) {
+    int32_t quad;
+    std::memcpy(&quad, xq + r * K + k, sizeof quad);
+    const __m512i xv = _mm512_set1_epi32(quad);
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
+  }
+}
+
+// A half group's integer sums times row r's activation scale for it (xd[r * stride]): into gsum (first half) or
+// added to it (second).
+template <int64_t R>
+inline void scale_half(__m512 (&gsum)[R][4], const __m512i (&acc)[R][4], const float* xd, int64_t stride, bool first) {
+  for (int64_t r = 0; r < R; ++r) {
+    const __m512 d = _mm512_set1_ps(xd[r * stride]);
+    for (int j = 0; j < 4; ++j) {
+      const __m512 part = _mm512_cvtepi32_ps(acc[r][j]);
+      gsum[r][j] = first ? _mm512_mul_ps(part, d) : _mm512_fmadd_ps(part, d, gsum[r][j]);
+    }
+  }
+}
+#endif
+
 #if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
 template <int64_t R>
 void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, const float* xd, const float* xsum,
@@ -307,20 +334,9 @@ void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, c
             _mm512_and_si512(_mm512_srli_epi16(p0, 4), NIBBLE),  // 32..47
             _mm512_and_si512(_mm512_srli_epi16(p1, 4), NIBBLE),  // 48..63
         };
-        for (int64_t r = 0; r < R; ++r) {
-          int32_t quad;
-          std::memcpy(&quad, xq + r * K + k0 + kk, sizeof quad);
-          const __m512i xv = _mm512_set1_epi32(quad);
-          for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
-        }
+        dot4<R>(acc, w, xq, K, k0 + kk);
       }
-      for (int64_t r = 0; r < R; ++r) {
-        const __m512 d = _mm512_set1_ps(xd[r * 2 * groups + 2 * g + half]);
-        for (int j = 0; j < 4; ++j) {
-          const __m512 part = _mm512_cvtepi32_ps(acc[r][j]);
-          gsum[r][j] = half == 0 ? _mm512_mul_ps(part, d) : _mm512_fmadd_ps(part, d, gsum[r][j]);
-        }
-      }
+      scale_half<R>(gsum, acc, xd + 2 * g + half, 2 * groups, half == 0);
     }
     const int32_t* sg = reinterpret_cast<const int32_t*>(s + (g * N + n0) * 2);
     for (int j = 0; j < 4; ++j) {
@@ -455,22 +471,11 @@ void u8_block(const uint8_t* codes, const float* sc, const int8_t* xq, const flo
 #pragma GCC unroll 4
       for (int64_t kk = 0; kk < HALF; kk += 4) {
         const uint8_t* src = codes + (k0 + kk) * BLOCK_N;
-        __m512i w[4];
-        for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(src + 64 * j);
-        for (int64_t r = 0; r < R; ++r) {
-          int32_t quad;
-          std::memcpy(&quad, xq + r * K + k0 + kk, sizeof quad);
-          const __m512i xv = _mm512_set1_epi32(quad);
-          for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], w[j], xv);
-        }
+        const __m512i w[4] = {_mm512_loadu_si512(src), _mm512_loadu_si512(src + 64), _mm512_loadu_si512(src + 128),
+                              _mm512_loadu_si512(src + 192)};
+        dot4<R>(acc, w, xq, K, k0 + kk);
       }
-      for (int64_t r = 0; r < R; ++r) {
-        const __m512 d = _mm512_set1_ps(xd[r * 2 * groups + 2 * g + half]);
-        for (int j = 0; j < 4; ++j) {
-          const __m512 part = _mm512_cvtepi32_ps(acc[r][j]);
-          gsum[r][j] = half == 0 ? _mm512_mul_ps(part, d) : _mm512_fmadd_ps(part, d, gsum[r][j]);
-        }
-      }
+      scale_half<R>(gsum, acc, xd + 2 * g + half, 2 * groups, half == 0);
     }
     const float* sg = sc + g * 2 * BLOCK_N;
     for (int j = 0; j < 4; ++j) {
