@@ -189,12 +189,12 @@ _BUFFER = {
 NATIVE = ("int4-bf16", "int4-gemv", "int4-dot8", "int8", "int8-dot8")
 
 
-def _int4_fit(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(codes 0..15, scale, minimum) per group of 32 inputs of ``w`` [N, K]: w ~ codes * scale + minimum."""
+def _grid_fit(w: torch.Tensor, top: int = 15) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes 0..top, scale, minimum) per group of 32 inputs of ``w`` [N, K]: w ~ codes * scale + minimum."""
     groups = w.reshape(w.shape[0], -1, INT4_GROUP)
     lo = groups.amin(-1, keepdim=True)
-    scale = ((groups.amax(-1, keepdim=True) - lo) / 15).clamp(min=1e-12)
-    return ((groups - lo) / scale).round().clamp(0, 15), scale, lo
+    scale = ((groups.amax(-1, keepdim=True) - lo) / top).clamp(min=1e-12)
+    return ((groups - lo) / scale).round().clamp(0, top), scale, lo
 
 
 def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,7 +203,7 @@ def _pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Per group of 32 inputs: w ~ q * scale + minimum, q in 0..15. The kernel computes (q - 8) * scale + offset,
     so offset = minimum + 8 * scale."""
     n, k = weight.shape
-    q, scale, lo = _int4_fit(weight.detach().float())
+    q, scale, lo = _grid_fit(weight.detach().float())
     packed = torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).reshape(n, k), 1)
     sz = torch.stack([scale.reshape(n, -1), (lo + 8 * scale).reshape(n, -1)], -1)
     return packed, sz.transpose(0, 1).contiguous().to(torch.bfloat16)
@@ -230,14 +230,10 @@ def _pack_u8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     inputs, 256 levels from the group's minimum to its maximum (w = code * scale + minimum; the scales hold a
     group's 64 scales, then its 64 minimums). A group of a 4-bit grid whose codes span 0..15 (GGUF's Q4_1) keeps
     its values: its 16 levels are every 17th code (float16 scales and minimums would move them off it)."""
-    w = weight.detach().float()
-    n, k = w.shape
-    groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
-    lo = groups.amin(-1)
-    scale = (groups.amax(-1) - lo) / 255
-    codes = ((groups - lo[..., None]) / scale.clamp(min=torch.finfo(torch.float32).tiny)[..., None]).round()
-    codes = codes.clamp(0, 255).to(torch.uint8).reshape(n // 64, 64, k // 4, 4).transpose(1, 2).contiguous()
-    sz = torch.stack([scale, lo], -1).reshape(n // 64, 64, k // INT4_GROUP, 2).permute(0, 2, 3, 1)
+    n, k = weight.shape
+    codes, scale, lo = _grid_fit(weight.detach().float(), 255)
+    codes = codes.to(torch.uint8).reshape(n // 64, 64, k // 4, 4).transpose(1, 2).contiguous()
+    sz = torch.cat([scale, lo], -1).reshape(n // 64, 64, k // INT4_GROUP, 2).permute(0, 2, 3, 1)
     return codes, sz.contiguous()
 
 
@@ -254,7 +250,7 @@ def on_int4_grid(layers: Iterable[nn.Module], rows: int = 64) -> bool:
         if layer.weight is None or layer.in_features % INT4_GROUP:
             return False
         w = layer.weight.detach()[:rows].float()
-        q, scale, lo = _int4_fit(w)
+        q, scale, lo = _grid_fit(w)
         groups = w.reshape(q.shape)
         if (q * scale + lo - groups).abs().mean() > GRID_TOLERANCE * groups.abs().mean():
             return False
