@@ -510,19 +510,27 @@ void extend_rows_chunk(const Extend& e, const Seq& s, int64_t g, int64_t nrows, 
       std::memcpy(wr + gi * GROUP / 2, &pv, 64);
     }
   }
+  // P·V in slices of NS vectors of head_dim, so that RP rows' sums of a slice fit the registers and every
+  // load of a value vector serves all the rows; a lane's sum runs over the keys in the same order in any slice.
+  constexpr int NS = NV < 4 ? NV : 4;
   vf acc[RP][NV];
-  for (int r = 0; r < RP; ++r)
-    for (int i = 0; i < NV; ++i) acc[r][i] = splat(0.0f);
   const int64_t pa = (a - j0) / 2, pb = (b - j0 + 1) / 2;
-  for (int64_t jp = pa; jp < pb; ++jp) {
-    const uint32_t* vrow = s.vp + (((j0 / 2 + jp) * e.hkv + g) * D);
-    vu vv[NV];
-    for (int i = 0; i < NV; ++i) std::memcpy(&vv[i], vrow + i * 16, 64);
-    for (int r = 0; r < RP; ++r) {
-      if (r >= nrows) break;
-      const vu pp = splat_u(weights[r * (SC / 2) + jp]);
-      for (int i = 0; i < NV; ++i) acc[r][i] = dot2(acc[r][i], pp, vv[i]);
+  for (int s0 = 0; s0 < NV; s0 += NS) {
+    vf part_acc[RP][NS];
+    for (int r = 0; r < RP; ++r)
+      for (int i = 0; i < NS; ++i) part_acc[r][i] = splat(0.0f);
+    for (int64_t jp = pa; jp < pb; ++jp) {
+      const uint32_t* vrow = s.vp + (((j0 / 2 + jp) * e.hkv + g) * D) + s0 * 16;
+      vu vv[NS];
+      for (int i = 0; i < NS; ++i) std::memcpy(&vv[i], vrow + i * 16, 64);
+      for (int r = 0; r < RP; ++r) {
+        if (r >= nrows) break;
+        const vu pp = splat_u(weights[r * (SC / 2) + jp]);
+        for (int i = 0; i < NS; ++i) part_acc[r][i] = dot2(part_acc[r][i], pp, vv[i]);
+      }
     }
+    for (int r = 0; r < RP; ++r)
+      for (int i = 0; i < NS; ++i) acc[r][s0 + i] = part_acc[r][i];
   }
   for (int r = 0; r < nrows; ++r) {
     if (part != nullptr) {  // kept for a later merge, in chunk order (split-K)
@@ -549,7 +557,7 @@ template <typename T, int NV>
 void extend_run(const Extend& e, const float* q, const T* kpool, const T* vpool, std::vector<Seq>& seqs,
                 float* out) {
   constexpr int64_t D = NV * 16, HALF = D / 2;
-  constexpr int RP = NV <= 4 ? 4 : (NV == 8 ? 2 : 1);  // rows per pass: their sums fit the registers
+  constexpr int RP = 4;  // rows per pass (P·V in slices: their sums fit the registers)
   // (sequence, chunk) pairs to lay out; (sequence, query block, kv head) items to compute. A one-query
   // sequence (a decode step) runs split-K instead: (sequence, chunk, kv head) items side by side, each
   // keeping its chunk's (max, sum, values), merged after, in chunk order, by the same formula.
