@@ -103,7 +103,8 @@ def test_int4_gemv_is_the_exact_product_of_the_codes_and_each_row_is_batch_invar
 def test_int4_dot8_is_the_exact_product_of_the_codes_and_8_bit_activations(k):
     """The integer product against float64 arithmetic on the same codes and scales and on the activations rounded
     as the kernel rounds them (per row and 16 inputs: scale max|x| / 127, codes round(x / scale)); and a row's
-    result is the same bits however many rows come with it, wherever it sits."""
+    result is the same bits however many rows come with it, wherever it sits (from 64 rows on, the kernel first
+    unpacks the codes: the same sums in the same order)."""
     assert W.kernel_unavailable("int4-dot8", CPU) is None
     n = 192
     gen = torch.Generator().manual_seed(k + 1)
@@ -113,19 +114,19 @@ def test_int4_dot8_is_the_exact_product_of_the_codes_and_8_bit_activations(k):
     w_int4, sz = packed._pack_codes(codes.numpy().astype(np.uint8), scale.numpy(), low.numpy())
     s, off = sz.double().unbind(-1)
     w = (codes.double().view(n, -1, 32) - 8) * s.T[..., None] + off.T[..., None]
-    x = torch.randn(9, k, generator=gen)
+    x = torch.randn(70, k, generator=gen)
     x[2, :16] = 0  # an all-zero half group
-    groups = x.view(9, -1, 16)
+    groups = x.view(70, -1, 16)
     amax = groups.abs().amax(-1, keepdim=True)
     q = torch.round(groups * torch.where(amax > 0, 127 / amax, 0)).clamp(-127, 127)
     assert q.abs().max() == 127 and torch.equal(q[2, 0], torch.zeros(16))
-    want = (q * (amax / 127)).view(9, k).double() @ w.view(n, k).T
+    want = (q * (amax / 127)).view(70, k).double() @ w.view(n, k).T
     full = torch.ops.radixchat.int4_dot8(x, w_int4, sz)
-    assert full.dtype == torch.float32 and full.shape == (9, n)
+    assert full.dtype == torch.float32 and full.shape == (70, n)
     assert (full.double() - want).abs().max() <= 1e-5 * want.abs().max() * (k / 64) ** 0.5
     rounded_bf16 = x.to(torch.bfloat16).double() @ w.view(n, k).T  # what int4-gemv computes: close to it
     assert (full.double() - rounded_bf16).abs().max() <= 0.02 * rounded_bf16.abs().max()
-    for lo, hi in ((0, 1), (3, 4), (8, 9), (0, 3), (1, 6), (2, 9)):
+    for lo, hi in ((0, 1), (3, 4), (69, 70), (0, 3), (1, 6), (2, 9), (0, 64), (5, 69)):
         assert torch.equal(torch.ops.radixchat.int4_dot8(x[lo:hi], w_int4, sz), full[lo:hi]), (lo, hi)
 
 

@@ -285,72 +285,101 @@ inline void dot4(__m512i (&acc)[R][4], const __m512i (&w)[4], const int8_t* xq, 
   }
 }
 
-// A half group's integer sums times row r's activation scale for it (xd[r * stride]): into gsum (first half) or
-// added to it (second).
-template <int64_t R>
-inline void scale_half(__m512 (&gsum)[R][4], const __m512i (&acc)[R][4], const float* xd, int64_t stride, bool first) {
-  for (int64_t r = 0; r < R; ++r) {
-    const __m512 d = _mm512_set1_ps(xd[r * stride]);
-    for (int j = 0; j < 4; ++j) {
-      const __m512 part = _mm512_cvtepi32_ps(acc[r][j]);
-      gsum[r][j] = first ? _mm512_mul_ps(part, d) : _mm512_fmadd_ps(part, d, gsum[r][j]);
+// R rows times a block of 64 outputs, into y: codes4(k, w) gives the codes of inputs k..k+3 as dot4 takes them,
+// scales(g, scale, minimum) group g's 64 scales and minimums (a weight is code * scale + minimum). Per group, each
+// half's integer sums times the row's activation scale for it (the first half's kept in part, in L1: the registers
+// hold the next half's sums), times the group's scale, plus its minimum times the sum of the row's rounded
+// activations. The running sums live in y (L1-resident).
+template <int64_t R, typename Codes, typename Scales>
+void dot8_tile(Codes codes4, Scales scales, const int8_t* xq, const float* xd, const float* xsum,
+               float* y, int64_t K, int64_t ldy) {
+  const int64_t groups = K / GROUP;
+  alignas(64) float part[R][BLOCK_N];
+  for (int64_t r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(y + r * ldy + 16 * j, _mm512_setzero_ps());
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t half = 0; half < 2; ++half) {
+      __m512i acc[R][4];
+      for (int64_t r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
+      const int64_t k0 = g * GROUP + half * HALF;
+#pragma GCC unroll 4
+      for (int64_t kk = 0; kk < HALF; kk += 4) {
+        __m512i w[4];
+        codes4(k0 + kk, w);
+        dot4<R>(acc, w, xq, K, k0 + kk);
+      }
+      const float* d = xd + 2 * g + half;  // row r's: d[r * 2 * groups]
+      if (half == 0) {
+        for (int64_t r = 0; r < R; ++r) {
+          const __m512 dr = _mm512_set1_ps(d[r * 2 * groups]);
+          for (int j = 0; j < 4; ++j)
+            _mm512_store_ps(part[r] + 16 * j, _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][j]), dr));
+        }
+        continue;
+      }
+      __m512 scale[4], minimum[4];
+      scales(g, scale, minimum);
+      for (int j = 0; j < 4; ++j)
+        for (int64_t r = 0; r < R; ++r) {
+          const __m512 gsum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][j]), _mm512_set1_ps(d[r * 2 * groups]),
+                                              _mm512_load_ps(part[r] + 16 * j));
+          float* out = y + r * ldy + 16 * j;
+          const __m512 sum =
+              _mm512_fmadd_ps(_mm512_set1_ps(xsum[r * groups + g]), minimum[j], _mm512_loadu_ps(out));
+          _mm512_storeu_ps(out, _mm512_fmadd_ps(gsum, scale[j], sum));
+        }
     }
   }
 }
 #endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+// Four inputs' codes of a block's 64 outputs, as vpdpbusd takes them: w[j] holds outputs 16j..16j+15, bytes 4i..4i+3
+// output i's codes of inputs k..k+3, i.e. byte i of each 32-byte input row (v0: k, k + 1; v1: k + 2, k + 3). Low
+// nibbles are outputs 0..31, high ones 32..63.
+struct Nibbles {
+  __m512i pick0, pick1, nibble = _mm512_set1_epi8(15);
+  Nibbles() {
+    alignas(64) uint8_t pick[2][64];
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 4; ++j) pick[h][4 * i + j] = static_cast<uint8_t>(32 * j + 16 * h + i);
+    pick0 = _mm512_load_si512(pick[0]);
+    pick1 = _mm512_load_si512(pick[1]);
+  }
+  // src: the codes of input k
+  void codes4(const uint8_t* src, __m512i (&w)[4]) const {
+    const __m512i v0 = _mm512_loadu_si512(src), v1 = _mm512_loadu_si512(src + 64);
+    const __m512i p0 = _mm512_permutex2var_epi8(v0, pick0, v1), p1 = _mm512_permutex2var_epi8(v0, pick1, v1);
+    w[0] = _mm512_and_si512(p0, nibble);                         // outputs 0..15
+    w[1] = _mm512_and_si512(p1, nibble);                         // 16..31
+    w[2] = _mm512_and_si512(_mm512_srli_epi16(p0, 4), nibble);  // 32..47
+    w[3] = _mm512_and_si512(_mm512_srli_epi16(p1, 4), nibble);  // 48..63
+  }
+};
+
+// A group's 64 scales and offsets less 8 scales (a weight is code * scale + offset'), from the bfloat16 pairs.
+inline void group_scales(const at::BFloat16* s, int64_t N, int64_t n0, int64_t g, __m512 (&scale)[4],
+                         __m512 (&offset)[4]) {
+  const int32_t* sg = reinterpret_cast<const int32_t*>(s + (g * N + n0) * 2);
+  for (int j = 0; j < 4; ++j) {
+    const __m512i pairs = _mm512_loadu_si512(sg + 16 * j);
+    scale[j] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+    offset[j] = _mm512_fnmadd_ps(_mm512_set1_ps(8.0f), scale[j],
+                                 _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(-65536))));
+  }
+}
+
 template <int64_t R>
 void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, const float* xd, const float* xsum,
                 float* y, int64_t K, int64_t N, int64_t n0, int64_t ldy) {
-  // bytes 4i..4i+3 of output i: its codes of inputs k..k+3, i.e. byte i of each 32-byte input row (v0: k, k + 1;
-  // v1: k + 2, k + 3). Low nibbles are outputs 0..31, high ones 32..63.
-  alignas(64) uint8_t pick[2][64];
-  for (int h = 0; h < 2; ++h)
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 4; ++j) pick[h][4 * i + j] = static_cast<uint8_t>(32 * j + 16 * h + i);
-  const __m512i PICK0 = _mm512_load_si512(pick[0]), PICK1 = _mm512_load_si512(pick[1]);
-  const __m512i NIBBLE = _mm512_set1_epi8(15);
-  const __m512i HIGH16 = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
-  const int64_t groups = K / GROUP;
-  // the running sums live in y (L1-resident), so the registers hold the group's sums and the codes
-  for (int64_t r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(y + r * ldy + n0 + 16 * j, _mm512_setzero_ps());
-  for (int64_t g = 0; g < groups; ++g) {
-    __m512 gsum[R][4];
-    for (int64_t half = 0; half < 2; ++half) {
-      __m512i acc[R][4];
-      for (int64_t r = 0; r < R; ++r)
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
-      const int64_t k0 = g * GROUP + half * HALF;
-      const uint8_t* src = codes + k0 * 32;
-#pragma GCC unroll 4
-      for (int64_t kk = 0; kk < HALF; kk += 4) {
-        const __m512i v0 = _mm512_loadu_si512(src + 32 * kk), v1 = _mm512_loadu_si512(src + 32 * kk + 64);
-        const __m512i p0 = _mm512_permutex2var_epi8(v0, PICK0, v1), p1 = _mm512_permutex2var_epi8(v0, PICK1, v1);
-        const __m512i w[4] = {
-            _mm512_and_si512(p0, NIBBLE),                         // outputs 0..15
-            _mm512_and_si512(p1, NIBBLE),                         // 16..31
-            _mm512_and_si512(_mm512_srli_epi16(p0, 4), NIBBLE),  // 32..47
-            _mm512_and_si512(_mm512_srli_epi16(p1, 4), NIBBLE),  // 48..63
-        };
-        dot4<R>(acc, w, xq, K, k0 + kk);
-      }
-      scale_half<R>(gsum, acc, xd + 2 * g + half, 2 * groups, half == 0);
-    }
-    const int32_t* sg = reinterpret_cast<const int32_t*>(s + (g * N + n0) * 2);
-    for (int j = 0; j < 4; ++j) {
-      const __m512i pairs = _mm512_loadu_si512(sg + 16 * j);
-      const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
-      const __m512 offset = _mm512_fnmadd_ps(_mm512_set1_ps(8.0f), scale,
-                                             _mm512_castsi512_ps(_mm512_and_si512(pairs, HIGH16)));
-      for (int64_t r = 0; r < R; ++r) {
-        float* out = y + r * ldy + n0 + 16 * j;
-        const __m512 sum = _mm512_fmadd_ps(_mm512_set1_ps(xsum[r * groups + g]), offset, _mm512_loadu_ps(out));
-        _mm512_storeu_ps(out, _mm512_fmadd_ps(gsum[r][j], scale, sum));
-      }
-    }
-  }
+  const Nibbles nib;
+  // the functors by value: copies the compiler keeps in registers (through a reference, every store to y may
+  // change them)
+  dot8_tile<R>([=](int64_t k, __m512i(&w)[4]) { nib.codes4(codes + k * 32, w); },
+               [=](int64_t g, __m512(&scale)[4], __m512(&offset)[4]) { group_scales(s, N, n0, g, scale, offset); },
+               xq, xd, xsum, y + n0, K, ldy);
 }
 #else
 // Portable: the same integer sums and the same scaling, in plain loops over the 64 outputs.
@@ -432,22 +461,6 @@ Rounded round8(const at::Tensor& x) {
   return out;
 }
 
-at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
-  const at::Tensor x = int4_rows("int4_dot8", x_in, packed, sz);
-  const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
-  const Rounded xr = round8(x);
-  at::Tensor y = x.new_empty({M, N});
-  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
-  float* yp = y.data_ptr<float>();
-  each_block(packed, N, K, [&](const uint8_t* codes, int64_t n0) {
-    each_tile(M, [&](auto rows, int64_t r0) {
-      dot8_block<decltype(rows)::value>(codes, s, xr.q.data() + r0 * K, xr.d.data() + r0 * K / HALF,
-                                        xr.sum.data() + r0 * groups, yp + r0 * N, K, N, n0, N);
-    });
-  });
-  return y;
-}
-
 // int8_dot8: the int8 format's layers, 8-bit codes (0..255) with a float32 scale and minimum per group of 32 inputs
 // (w = code * scale + minimum: a 4-bit grid whose codes span 0..15, GGUF's Q4_1, is every 17th code), times the
 // activations rounded as int4_dot8's, in the same integer dot products and with the same scaling. Codes are
@@ -458,35 +471,17 @@ at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at:
 template <int64_t R>
 void u8_block(const uint8_t* codes, const float* sc, const int8_t* xq, const float* xd, const float* xsum, float* y,
               int64_t K, int64_t ldy) {
-  const int64_t groups = K / GROUP;
-  for (int64_t r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(y + r * ldy + 16 * j, _mm512_setzero_ps());
-  for (int64_t g = 0; g < groups; ++g) {
-    __m512 gsum[R][4];
-    for (int64_t half = 0; half < 2; ++half) {
-      __m512i acc[R][4];
-      for (int64_t r = 0; r < R; ++r)
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
-      const int64_t k0 = g * GROUP + half * HALF;
-#pragma GCC unroll 4
-      for (int64_t kk = 0; kk < HALF; kk += 4) {
-        const uint8_t* src = codes + (k0 + kk) * BLOCK_N;
-        const __m512i w[4] = {_mm512_loadu_si512(src), _mm512_loadu_si512(src + 64), _mm512_loadu_si512(src + 128),
-                              _mm512_loadu_si512(src + 192)};
-        dot4<R>(acc, w, xq, K, k0 + kk);
-      }
-      scale_half<R>(gsum, acc, xd + 2 * g + half, 2 * groups, half == 0);
-    }
-    const float* sg = sc + g * 2 * BLOCK_N;
-    for (int j = 0; j < 4; ++j) {
-      const __m512 scale = _mm512_loadu_ps(sg + 16 * j), minimum = _mm512_loadu_ps(sg + BLOCK_N + 16 * j);
-      for (int64_t r = 0; r < R; ++r) {
-        float* out = y + r * ldy + 16 * j;
-        const __m512 sum = _mm512_fmadd_ps(_mm512_set1_ps(xsum[r * groups + g]), minimum, _mm512_loadu_ps(out));
-        _mm512_storeu_ps(out, _mm512_fmadd_ps(gsum[r][j], scale, sum));
-      }
-    }
-  }
+  dot8_tile<R>(
+      [=](int64_t k, __m512i(&w)[4]) {
+        for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(codes + k * BLOCK_N + 64 * j);
+      },
+      [=](int64_t g, __m512(&scale)[4], __m512(&minimum)[4]) {
+        for (int j = 0; j < 4; ++j) {
+          scale[j] = _mm512_loadu_ps(sc + g * 2 * BLOCK_N + 16 * j);
+          minimum[j] = _mm512_loadu_ps(sc + g * 2 * BLOCK_N + BLOCK_N + 16 * j);
+        }
+      },
+      xq, xd, xsum, y, K, ldy);
 }
 #else
 // Portable: the same integer sums and the same scaling, in plain loops over the 64 outputs.
@@ -520,6 +515,64 @@ void u8_block(const uint8_t* codes, const float* sc, const int8_t* xq, const flo
   for (int64_t r = 0; r < R; ++r) std::memcpy(y + r * ldy, out[r], sizeof out[r]);
 }
 #endif
+
+// From this many rows on, int4_dot8 first unpacks each block's codes into int8_dot8's layout (and its scales to
+// float32: the same values), then multiplies every tile of rows there with no permutes: the same sums in the same
+// order, so a row's result is the same either way.
+constexpr int64_t UNPACK_ROWS = 64;
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+// One block of 64 rows of int4 codes as u8_block's codes [K/4][64][4] and scales [K/32][2][64].
+void unpack_block(const uint8_t* codes, const at::BFloat16* s, int64_t K, int64_t N, int64_t n0, uint8_t* q,
+                  float* sc) {
+  const Nibbles nib;
+  for (int64_t k = 0; k < K; k += 4) {
+    __m512i w[4];
+    nib.codes4(codes + k * 32, w);
+    for (int j = 0; j < 4; ++j) _mm512_storeu_si512(q + k * BLOCK_N + 64 * j, w[j]);
+  }
+  for (int64_t g = 0; g < K / GROUP; ++g) {
+    __m512 scale[4], offset[4];
+    group_scales(s, N, n0, g, scale, offset);
+    for (int j = 0; j < 4; ++j) {
+      _mm512_storeu_ps(sc + g * 2 * BLOCK_N + 16 * j, scale[j]);
+      _mm512_storeu_ps(sc + g * 2 * BLOCK_N + BLOCK_N + 16 * j, offset[j]);
+    }
+  }
+}
+#endif
+
+at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& sz) {
+  const at::Tensor x = int4_rows("int4_dot8", x_in, packed, sz);
+  const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
+  const Rounded xr = round8(x);
+  at::Tensor y = x.new_empty({M, N});
+  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
+  float* yp = y.data_ptr<float>();
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+  if (M >= UNPACK_ROWS) {
+    at::parallel_for(0, N / BLOCK_N, 1, [&](int64_t begin, int64_t end) {
+      std::vector<uint8_t> q(K * BLOCK_N);
+      std::vector<float> sc(groups * 2 * BLOCK_N);
+      for (int64_t b = begin; b < end; ++b) {
+        unpack_block(packed.data_ptr<uint8_t>() + b * K * 32, s, K, N, b * BLOCK_N, q.data(), sc.data());
+        each_tile(M, [&](auto rows, int64_t r0) {
+          u8_block<decltype(rows)::value>(q.data(), sc.data(), xr.q.data() + r0 * K, xr.d.data() + r0 * K / HALF,
+                                          xr.sum.data() + r0 * groups, yp + r0 * N + b * BLOCK_N, K, N);
+        });
+      }
+    });
+    return y;
+  }
+#endif
+  each_block(packed, N, K, [&](const uint8_t* codes, int64_t n0) {
+    each_tile(M, [&](auto rows, int64_t r0) {
+      dot8_block<decltype(rows)::value>(codes, s, xr.q.data() + r0 * K, xr.d.data() + r0 * K / HALF,
+                                        xr.sum.data() + r0 * groups, yp + r0 * N, K, N, n0, N);
+    });
+  });
+  return y;
+}
 
 at::Tensor int8_dot8(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& scales) {
   TORCH_CHECK(codes.scalar_type() == at::kByte && codes.is_contiguous() && codes.dim() == 4, "int8_dot8: codes");
