@@ -434,30 +434,33 @@ Rounded round8(const at::Tensor& x) {
   const int64_t M = x.size(0), K = x.size(1);
   Rounded out{std::vector<int8_t>(M * K), std::vector<float>(M * K / HALF), std::vector<float>(M * K / GROUP, 0.0f)};
   const float* xp = x.data_ptr<float>();
-  for (int64_t i = 0; i < M * K / HALF; ++i) {
-    const float* xi = xp + i * HALF;
+  // rows side by side on the threads (a prefill chunk's hundreds of rows); a row's arithmetic is the same
+  at::parallel_for(0, M, 16, [&](int64_t row0, int64_t row1) {
+    for (int64_t i = row0 * K / HALF; i < row1 * K / HALF; ++i) {
+      const float* xi = xp + i * HALF;
 #if defined(__AVX512F__)
-    // one vector of 16 inputs; the conversion rounds to nearest even, as nearbyint below
-    const __m512 v = _mm512_loadu_ps(xi);
-    const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q.data() + i * HALF), _mm512_cvtepi32_epi8(q));
-    const int32_t total = _mm512_reduce_add_epi32(q);
+      // one vector of 16 inputs; the conversion rounds to nearest even, as nearbyint below
+      const __m512 v = _mm512_loadu_ps(xi);
+      const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(v));
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(inv)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q.data() + i * HALF), _mm512_cvtepi32_epi8(q));
+      const int32_t total = _mm512_reduce_add_epi32(q);
 #else
-    float amax = 0.0f;
-    for (int64_t c = 0; c < HALF; ++c) amax = std::max(amax, std::abs(xi[c]));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int32_t total = 0;
-    for (int64_t c = 0; c < HALF; ++c) {
-      const int32_t q = static_cast<int32_t>(std::nearbyint(xi[c] * inv));
-      out.q[i * HALF + c] = static_cast<int8_t>(q);
-      total += q;
-    }
+      float amax = 0.0f;
+      for (int64_t c = 0; c < HALF; ++c) amax = std::max(amax, std::abs(xi[c]));
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int32_t total = 0;
+      for (int64_t c = 0; c < HALF; ++c) {
+        const int32_t q = static_cast<int32_t>(std::nearbyint(xi[c] * inv));
+        out.q[i * HALF + c] = static_cast<int8_t>(q);
+        total += q;
+      }
 #endif
-    out.d[i] = amax / 127.0f;
-    out.sum[i / 2] += out.d[i] * static_cast<float>(total);
-  }
+      out.d[i] = amax / 127.0f;
+      out.sum[i / 2] += out.d[i] * static_cast<float>(total);
+    }
+  });
   return out;
 }
 
