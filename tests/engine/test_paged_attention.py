@@ -156,7 +156,9 @@ def _extend_reference(q, k, v, slots, q_starts, q_lens, kv_lens, window):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(("hq", "hkv", "d"), [(9, 3, 64), (4, 2, 16), (32, 8, 128), (4, 1, 256), (6, 6, 32)])
+@pytest.mark.parametrize(
+    ("hq", "hkv", "d"), [(9, 3, 64), (4, 2, 16), (32, 8, 128), (4, 1, 256), (6, 2, 256), (6, 6, 32)]
+)
 @pytest.mark.parametrize("window", [0, 50])
 def test_paged_extend_matches_sdpa_within_bfloat16_rounding(dtype, hq, hkv, d, window):
     """Prefill chunks over their prefix and themselves, several sequences in one call: what SDPA gives on the
@@ -175,16 +177,23 @@ def test_paged_extend_matches_sdpa_within_bfloat16_rounding(dtype, hq, hkv, d, w
     torch.testing.assert_close(got, want, rtol=0, atol=3e-2)
 
 
-def test_a_prefill_rows_result_does_not_depend_on_its_batch():
+# (query heads, KV heads, head_dim): 64 dimensions take one pass of P·V, 256 four slices, here with three query
+# heads per KV head (fewer rows than a pass holds)
+HEADS = [(9, 3, 64), (6, 2, 256)]
+
+
+@pytest.mark.parametrize(("hq", "hkv", "d"), HEADS)
+def test_a_prefill_rows_result_does_not_depend_on_its_batch(hq, hkv, d):
     """A query's result, bit for bit, whether its sequence runs alone or beside others, whatever the thread
     count: each row's sums run in one order."""
-    k, v = _pool(3000, 3, 64, torch.float16)
+    k, v = _pool(3000, hkv, d, torch.float16)
     g = torch.Generator().manual_seed(5)
     q_lens, kv_lens = torch.tensor([40, 300, 7]), torch.tensor([900, 300, 2000])
     q_starts = torch.cumsum(q_lens, 0) - q_lens
     slots = torch.randint(1, 3000, (3, 2000), generator=g)
-    q = torch.randn(int(q_lens.sum()), 9, 64, generator=g)
-    both = torch.ops.radixchat.paged_extend(q, k, v, slots, q_starts, q_lens, kv_lens, 0.125, 0)
+    q = torch.randn(int(q_lens.sum()), hq, d, generator=g)
+    scale = d**-0.5
+    both = torch.ops.radixchat.paged_extend(q, k, v, slots, q_starts, q_lens, kv_lens, scale, 0)
     threads = torch.get_num_threads()
     try:
         for n in (1, threads):
@@ -199,7 +208,7 @@ def test_a_prefill_rows_result_does_not_depend_on_its_batch():
                     torch.tensor([0]),
                     q_lens[i : i + 1],
                     kv_lens[i : i + 1],
-                    0.125,
+                    scale,
                     0,
                 )
                 assert torch.equal(alone, both[s:e]), (n, i)
@@ -207,16 +216,18 @@ def test_a_prefill_rows_result_does_not_depend_on_its_batch():
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize(("hq", "hkv", "d"), HEADS)
 @pytest.mark.parametrize("window", [0, 300])
-def test_a_decode_row_through_the_extend_kernel_equals_the_same_query_in_a_prefill(window):
+def test_a_decode_row_through_the_extend_kernel_equals_the_same_query_in_a_prefill(window, hq, hkv, d):
     """The arithmetic deterministic inference relies on: a query decoded alone (split-K over its chunks,
     merged after) gives the bits it gets inside a prefill chunk (its chunks one after the other)."""
-    k, v = _pool(3000, 3, 64, torch.float16)
+    k, v = _pool(3000, hkv, d, torch.float16)
     g = torch.Generator().manual_seed(6)
     slots = torch.randint(1, 3000, (1, 1000), generator=g)
-    q = torch.randn(300, 9, 64, generator=g)
+    q = torch.randn(300, hq, d, generator=g)
+    scale = d**-0.5
     chunk = torch.ops.radixchat.paged_extend(
-        q, k, v, slots, torch.tensor([0]), torch.tensor([300]), torch.tensor([1000]), 0.125, window
+        q, k, v, slots, torch.tensor([0]), torch.tensor([300]), torch.tensor([1000]), scale, window
     )
     for t in (0, 150, 299):  # each sees 701 + t keys: three or four 256-key chunks
         alone = torch.ops.radixchat.paged_extend(
@@ -227,7 +238,7 @@ def test_a_decode_row_through_the_extend_kernel_equals_the_same_query_in_a_prefi
             torch.tensor([0]),
             torch.tensor([1]),
             torch.tensor([701 + t]),
-            0.125,
+            scale,
             window,
         )
         assert torch.equal(alone[0], chunk[t]), t
