@@ -5,7 +5,8 @@ file's bytes) is never dequantized whole. ``convert`` reads the GGUF one tensor 
 file), dequantizes that tensor, and stores it as the engine multiplies it:
 
 - a linear layer stored in 4 bits (Q4_0, Q4_1, Q4_K) as its own codes, in torch's CPU int4 layout, with its
-  group scales and minimums as bfloat16 per group of 32 (read from the blocks, never requantized);
+  group scales and minimums as bfloat16 per group of 32 (read from the blocks, never requantized); a symmetric
+  format's layer (Q4_0: every offset 0) keeps the scales alone, which only the native kernels read;
 - a linear layer stored in more bits (Q5_0, Q5_K, Q6_K, Q8_0, F16, BF16), or whose shape int4 cannot hold, as
   float16: requantizing it to 4 bits failed the quality guard (on Gemma 3's Q5_0 tensors);
 - the token embedding as float16 (a lookup touches only its rows); the LM head as the file's int4 codes where
@@ -41,7 +42,7 @@ from radixchat.errors import ModelLoadError
 
 PACKED_MARKER = "radixchat-packed.json"
 WEIGHTS_FILE = "weights.pt"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: scale-only group scales for symmetric (Q4_0) layers
 #: A model is packed when its float32 copy would take more than this share of the memory available: the
 #: float32 path (exact, and the fastest prefill) stays for models that fit it easily.
 FLOAT32_SHARE = 0.125
@@ -177,7 +178,8 @@ def _write(gguf: Path, out: Path) -> None:
         if codes is not None and W.kernel_fits("int4", _stub(*codes[0].shape)):
             # The file's own 4-bit codes and group scales, rows permuted as the processor permutes weights.
             q, scale, low = (process(a, tensor.name).weights for a in codes)
-            tensors[f"{module}.w_int4"], tensors[f"{module}.sz_int4"] = _pack_codes(q, scale, low)
+            w_int4, sz = _pack_codes(q, scale, low)
+            tensors[f"{module}.w_int4"], tensors[f"{module}.sz_int4"] = w_int4, _scale_only(sz)
             del q, scale, low, codes
             if hf != embed:
                 _drop_pages(reader)
@@ -266,6 +268,19 @@ def _pack_codes(codes: Any, scale: Any, low: Any) -> tuple[torch.Tensor, torch.T
     return packed, sz.transpose(0, 1).contiguous().to(torch.bfloat16)
 
 
+def _scale_only(sz: torch.Tensor) -> torch.Tensor:
+    """``sz`` without its offsets ([groups, N, 1]) where every offset is 0 (a symmetric format's groups: Q4_0)
+    and the native kernels, the only ones that read that layout, multiply the layer: a decode step reads a tenth
+    fewer bytes. Else ``sz`` as it is."""
+    fits = sz.shape[1] % 64 == 0 and W.kernel_unavailable("int4-gemv", torch.device("cpu")) is None
+    return sz[..., :1].contiguous() if fits and not sz[..., 1].any() else sz
+
+
+def with_offsets(sz: torch.Tensor) -> torch.Tensor:
+    """A scale-only ``sz`` with its zero offsets back, for torch's int4 matmul (which takes only pairs)."""
+    return sz if sz.shape[-1] == 2 else torch.cat([sz, torch.zeros_like(sz)], -1)
+
+
 def _name_of(model: nn.Module, module: nn.Module) -> str:
     return next(name for name, mod in model.named_modules() if mod is module)
 
@@ -317,6 +332,9 @@ def load(path: Path, attn: str = ATTN_NAME) -> nn.Module:
             for kind in ("w_int4", "sz_int4", "w_float16"):
                 if f"{name}.{kind}" in state:
                     layer.register_buffer(kind, state.pop(f"{name}.{kind}"), persistent=False)
+            if hasattr(layer, "sz_int4") and W.kernel_unavailable("int4-gemv", torch.device("cpu")):
+                # packed where the native kernels ran, started where they cannot be built: torch's int4 matmul
+                layer.sz_int4 = with_offsets(layer.sz_int4)
     missing = [k for k, v in model.state_dict().items() if v.is_meta and k not in state]
     if missing:
         raise ModelLoadError(

@@ -262,8 +262,9 @@ def kernel_fits(kernel: str, layer: nn.Module) -> bool:
     n, k = layer.out_features, layer.in_features
     if layer.weight is None and not hasattr(layer, f"w_{_BUFFER.get(kernel, kernel)}"):
         return False  # a packed layer: only what was stored
-    if kernel == "int4":
-        return k % INT4_GROUP == 0 and n % 16 == 0
+    if kernel == "int4":  # torch's int4 matmul takes (scale, offset) pairs, not a packed layer's scales alone
+        pairs = getattr(layer, "sz_int4", None) is None or layer.sz_int4.shape[-1] == 2
+        return k % INT4_GROUP == 0 and n % 16 == 0 and pairs
     if kernel in NATIVE:  # the native kernels read rows in blocks of 64
         return k % INT4_GROUP == 0 and n % 64 == 0
     return True
@@ -703,7 +704,20 @@ def load_or_probe(
     packed = any(lin.weight is None for items in groups.values() for _, _, lin in items)
     kernels = PACKED_KERNELS if packed else KERNELS
     # the kernels are part of the key: a start with a new kernel measures it instead of reusing a probe without it
-    signature = _signature(groups) + (" " + PACKED if packed else "") + " [" + ",".join(kernels) + "]"
+    scale_only = any(
+        lin.sz_int4.shape[-1] == 1
+        for items in groups.values()
+        for _, _, lin in items
+        if hasattr(lin, "sz_int4")
+    )
+    signature = (
+        _signature(groups)
+        + (" " + PACKED if packed else "")
+        + (" scale-only" if scale_only else "")
+        + " ["
+        + ",".join(kernels)
+        + "]"
+    )
     cached = read_probes(cache_dir).get(signature)
     load = cpu_load()
     if isinstance(cached, dict) and isinstance(cached.get("timings"), dict):
@@ -803,4 +817,4 @@ def _fallback(layer: FormatLinear, kernel: str, fallback: str) -> str:
     or for a packed layer what it has (int4 codes in rows not a multiple of 64, or float16)."""
     if layer.weight is not None:
         return fallback
-    return next(k for k in ("int4", "float16") if kernel_fits(k, layer))
+    return next(k for k in ("int4", "int4-gemv", "float16") if kernel_fits(k, layer))

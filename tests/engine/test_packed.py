@@ -63,15 +63,38 @@ def test_codes_and_group_scales_are_read_from_the_blocks_exactly(kind):
     np.testing.assert_allclose(rebuilt.reshape(rows, cols), dequantize(blocks, t), rtol=1e-6, atol=1e-6)
     # ... and the int4 kernel multiplies with them (its scales rounded to bfloat16)
     w_int4, sz = packed._pack_codes(codes, scale, low)
-    layer = W.FormatLinear(torch.nn.Linear(cols, rows, bias=False, device="meta"), "layers")
-    layer.register_buffer("w_int4", w_int4)
-    layer.register_buffer("sz_int4", sz)
+    layer = _packed_layer(w_int4, sz)
     x = torch.randn(3, cols)
     want = x @ torch.from_numpy(dequantize(blocks, t)).T
     assert W.kernel_unavailable("int4-gemv", CPU) is None  # the native library is built and loaded
     for kernel in ("int4", "int4-gemv", "int4-dot8"):
         got = W._MM[kernel](layer, x)
         assert (got - want).abs().max() <= 0.02 * want.abs().max(), kernel
+    # A symmetric format's groups (Q4_0: every offset 0) keep their scales alone, which the native kernels read to
+    # the same bits (from 64 rows on int4_dot8 unpacks, so 70 rows take that path); torch's int4 matmul cannot.
+    alone = packed._scale_only(sz)
+    assert alone.shape == ((sz.shape[0], rows, 1) if kind == "Q4_0" else sz.shape)
+    if kind != "Q4_0":
+        return
+    assert not W.kernel_fits("int4", _packed_layer(w_int4, alone))
+    for rows_x in (1, 3, 70):
+        x = torch.randn(rows_x, cols)
+        for op in ("int4_gemv", "int4_dot8"):
+            got = getattr(torch.ops.radixchat, op)(x, w_int4, alone)
+            assert torch.equal(got, getattr(torch.ops.radixchat, op)(x, w_int4, sz)), (op, rows_x)
+    out = [torch.empty(cols, rows, dtype=torch.bfloat16) for _ in range(2)]
+    torch.ops.radixchat.int4_dequant(w_int4, sz, out[0])
+    torch.ops.radixchat.int4_dequant(w_int4, alone, out[1])
+    assert torch.equal(out[0], out[1])
+
+
+def _packed_layer(w_int4: torch.Tensor, sz: torch.Tensor) -> W.FormatLinear:
+    layer = W.FormatLinear(
+        torch.nn.Linear(w_int4.shape[1] * 2, sz.shape[1], bias=False, device="meta"), "layers"
+    )
+    layer.register_buffer("w_int4", w_int4)
+    layer.register_buffer("sz_int4", sz)
+    return layer
 
 
 @pytest.mark.parametrize("k", [64, 2048])
@@ -166,10 +189,13 @@ def test_packed_model_stays_close_to_the_float32_model_of_the_same_file(tiny_ggu
     lm, _ = tiny_packed
     exact = _sdpa(load_model(str(tiny_gguf), weights="float32", cache_dir=tmp_path).path)
     model = packed.load(lm.path, attn="sdpa")
+    # a Q4_0 file: every layer keeps its scales alone (its offsets are 0), for the native kernels only
+    layers = [m for m in model.modules() if isinstance(m, W.FormatLinear) and hasattr(m, "sz_int4")]
+    assert layers and all(m.sz_int4.shape[-1] == 1 and not W.kernel_fits("int4", m) for m in layers)
     ids = torch.randint(0, 49152, (1, 40), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         want = exact(ids, use_cache=False).logits.float()
-        for kernel in ("int4", "int4-gemv", "int4-dot8", "int4-bf16"):
+        for kernel in ("int4-gemv", "int4-dot8", "int4-bf16"):
             W.install_plan(model, _one_kernel(kernel))
             got = model(ids, use_cache=False).logits.float()
             assert (got - want).abs().max() <= 0.05 * want.abs().max(), kernel
@@ -186,7 +212,7 @@ def _one_kernel(kernel: str) -> W.WeightsPlan:
     return W.WeightsPlan("packed", {"layers": ((1 << 62, kernel),), "head": ((1 << 62, "float16"),)})
 
 
-@pytest.mark.parametrize("kernel", ["int4", "int4-gemv", "int4-dot8"])
+@pytest.mark.parametrize("kernel", ["int4-gemv", "int4-dot8", "int4-bf16"])
 def test_engine_greedy_equals_transformers_on_the_packed_model(tiny_packed, kernel):
     """Equality on the packed weights: chunked prefill, two streams batched, then a cache hit, against plain
     transformers generate over the same packed weights (one kernel for every row count on both)."""

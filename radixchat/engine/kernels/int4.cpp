@@ -58,6 +58,22 @@ inline uint16_t bf16(float w) {
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// A layer's group scales, [K/32][N][P] bfloat16: P = 2, a (scale, offset) pair per group and output, as torch's int4
+// matmul takes them; or P = 1, the scale alone, where every offset is 0 (a symmetric file format's groups, GGUF's
+// Q4_0: a tenth fewer bytes for a decode step to read).
+struct Scales {
+  const at::BFloat16* p;
+  int64_t N, P;
+  const at::BFloat16* at(int64_t g, int64_t n) const { return p + (g * N + n) * P; }
+  float scale(int64_t g, int64_t n) const { return static_cast<float>(*at(g, n)); }
+  float offset(int64_t g, int64_t n) const { return P == 2 ? static_cast<float>(at(g, n)[1]) : 0.0f; }
+};
+
+Scales scales_of(const at::Tensor& sz) {
+  TORCH_CHECK(sz.size(2) == 1 || sz.size(2) == 2, "int4 scales must be [K/32, N, 2] or [K/32, N, 1]");
+  return Scales{sz.data_ptr<at::BFloat16>(), sz.size(1), sz.size(2)};
+}
+
 at::Tensor int4_dequant(const at::Tensor& packed, const at::Tensor& sz, at::Tensor out) {
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "int4_dequant: packed must be uint8");
   TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() && sz.dim() == 3, "int4_dequant: bad sz");
@@ -66,7 +82,7 @@ at::Tensor int4_dequant(const at::Tensor& packed, const at::Tensor& sz, at::Tens
   TORCH_CHECK(N % BLOCK_N == 0 && K % GROUP == 0, "int4_dequant: N must be a multiple of 64, K of 32");
   TORCH_CHECK(packed.numel() == N * K / 2 && sz.size(0) == K / GROUP && sz.size(1) == N, "int4_dequant: shapes");
   const uint8_t* p = packed.data_ptr<uint8_t>();
-  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
+  const Scales s = scales_of(sz);
   uint16_t* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const int64_t groups = K / GROUP, blocks = N / BLOCK_N;
   at::parallel_for(0, blocks * groups, 1, [&](int64_t begin, int64_t end) {
@@ -75,8 +91,8 @@ at::Tensor int4_dequant(const at::Tensor& packed, const at::Tensor& sz, at::Tens
       const int64_t b = item / groups, g = item % groups;
       for (int64_t c = 0; c < BLOCK_N; ++c) {
         const int64_t n = b * BLOCK_N + c;
-        scale[c] = static_cast<float>(s[(g * N + n) * 2]);
-        offset[c] = static_cast<float>(s[(g * N + n) * 2 + 1]) - 8.0f * scale[c];
+        scale[c] = s.scale(g, n);
+        offset[c] = s.offset(g, n) - 8.0f * scale[c];
       }
       for (int64_t kk = 0; kk < GROUP; ++kk) {
         const int64_t k = g * GROUP + kk;
@@ -136,10 +152,28 @@ void each_block(const at::Tensor& packed, int64_t N, int64_t K, F&& f) {
 // for int4_gemv the codes PREFETCH_CODES bytes ahead too (int4_dot8 lost more than it gained from that).
 constexpr int64_t PREFETCH_CODES = 512, PREFETCH_GROUPS = 2;
 
-inline void prefetch_scales(const at::BFloat16* s, int64_t N, int64_t n0, int64_t g, int64_t groups) {
+inline void prefetch_scales(const Scales& s, int64_t n0, int64_t g, int64_t groups) {
   if (g + PREFETCH_GROUPS >= groups) return;
-  const char* p = reinterpret_cast<const char*>(s + ((g + PREFETCH_GROUPS) * N + n0) * 2);
-  for (int j = 0; j < 4; ++j) _mm_prefetch(p + 64 * j, _MM_HINT_T0);
+  const char* p = reinterpret_cast<const char*>(s.at(g + PREFETCH_GROUPS, n0));
+  for (int j = 0; j < 2 * s.P; ++j) _mm_prefetch(p + 64 * j, _MM_HINT_T0);
+}
+
+// Group g's scales and offsets (0 for P = 1) of the 64 outputs from n0.
+inline void load_scales(const Scales& s, int64_t n0, int64_t g, __m512 (&scale)[4], __m512 (&offset)[4]) {
+  if (s.P == 2) {  // one 32-bit (scale, offset) pair per output
+    const int32_t* sg = reinterpret_cast<const int32_t*>(s.at(g, n0));
+    for (int j = 0; j < 4; ++j) {
+      const __m512i pairs = _mm512_loadu_si512(sg + 16 * j);
+      scale[j] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+      offset[j] = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(-65536)));
+    }
+    return;
+  }
+  const __m256i* sg = reinterpret_cast<const __m256i*>(s.at(g, n0));
+  for (int j = 0; j < 4; ++j) {
+    scale[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(sg + j)), 16));
+    offset[j] = _mm512_setzero_ps();
+  }
 }
 #endif
 
@@ -151,7 +185,7 @@ inline void prefetch_scales(const at::BFloat16* s, int64_t N, int64_t n0, int64_
 // sum(x) * (offset - 136 * scale), 136 = 128 + the kernel's 8. The activations are bfloat16 as in torch's int4
 // matmul.
 template <int64_t R>
-void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb, const float* xsum, float* y,
+void gemv_block(const uint8_t* codes, const Scales& s, const uint16_t* xb, const float* xsum, float* y,
                 int64_t K, int64_t N, int64_t n0, int64_t ldy) {
   // byte 4i: code of output i (input k), 4i + 2: of input k + 1 (32 bytes on); 4i + 1, 4i + 3: 0x43 (table 2)
   alignas(64) uint8_t pick[2][64];
@@ -163,7 +197,6 @@ void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb,
     }
   const __m512i PICK0 = _mm512_load_si512(pick[0]), PICK1 = _mm512_load_si512(pick[1]);
   const __m512i HI_BYTE = _mm512_set1_epi8(0x43), NIBBLE = _mm512_set1_epi8(15);
-  const __m512i HIGH16 = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
   const int64_t groups = K / GROUP;
   __m512 out[R][4];
   for (int64_t r = 0; r < R; ++r)
@@ -172,7 +205,7 @@ void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb,
     __m512 acc[R][4];
     for (int64_t r = 0; r < R; ++r)
       for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-    prefetch_scales(s, N, n0, g, groups);
+    prefetch_scales(s, n0, g, groups);
     const uint8_t* src = codes + g * GROUP * 32;
     for (int64_t kk = 0; kk < GROUP; kk += 2, src += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(src) + PREFETCH_CODES, _MM_HINT_T0);
@@ -192,16 +225,13 @@ void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb,
         for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)w[j], xv);
       }
     }
-    // scale and offset of the 64 outputs: one 32-bit (scale, offset) pair each
-    const int32_t* sg = reinterpret_cast<const int32_t*>(s + (g * N + n0) * 2);
+    __m512 scale[4], offset[4];
+    load_scales(s, n0, g, scale, offset);
     for (int j = 0; j < 4; ++j) {
-      const __m512i pairs = _mm512_loadu_si512(sg + 16 * j);
-      const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
-      const __m512 offset = _mm512_fnmadd_ps(_mm512_set1_ps(136.0f), scale,
-                                             _mm512_castsi512_ps(_mm512_and_si512(pairs, HIGH16)));
+      const __m512 off = _mm512_fnmadd_ps(_mm512_set1_ps(136.0f), scale[j], offset[j]);
       for (int64_t r = 0; r < R; ++r) {
         const __m512 xs = _mm512_set1_ps(xsum[r * groups + g]);
-        out[r][j] = _mm512_fmadd_ps(acc[r][j], scale, _mm512_fmadd_ps(xs, offset, out[r][j]));
+        out[r][j] = _mm512_fmadd_ps(acc[r][j], scale[j], _mm512_fmadd_ps(xs, off, out[r][j]));
       }
     }
   }
@@ -211,7 +241,7 @@ void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb,
 #else
 // Portable: the same sums in float32 (the compiler vectorizes the loops over the 64 outputs).
 template <int64_t R>
-void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb, const float* xsum, float* y,
+void gemv_block(const uint8_t* codes, const Scales& s, const uint16_t* xb, const float* xsum, float* y,
                 int64_t K, int64_t N, int64_t n0, int64_t ldy) {
   float out[R][BLOCK_N] = {};
   const int64_t groups = K / GROUP;
@@ -232,12 +262,11 @@ void gemv_block(const uint8_t* codes, const at::BFloat16* s, const uint16_t* xb,
         for (int64_t c = 0; c < BLOCK_N; ++c) acc[r][c] += w[c] * xv;
       }
     }
-    const at::BFloat16* sg = s + (g * N + n0) * 2;
     for (int64_t r = 0; r < R; ++r) {
       const float xs = xsum[r * groups + g];
       for (int64_t c = 0; c < BLOCK_N; ++c) {
-        const float scale = static_cast<float>(sg[2 * c]);
-        out[r][c] += acc[r][c] * scale + (static_cast<float>(sg[2 * c + 1]) - 8.0f * scale) * xs;
+        const float scale = s.scale(g, n0 + c);
+        out[r][c] += acc[r][c] * scale + (s.offset(g, n0 + c) - 8.0f * scale) * xs;
       }
     }
   }
@@ -265,7 +294,7 @@ at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at:
     xsum[i] = total;
   }
   at::Tensor y = x.new_empty({M, N});
-  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
+  const Scales s = scales_of(sz);
   float* yp = y.data_ptr<float>();
   each_block(packed, N, K, [&](const uint8_t* codes, int64_t n0) {
     each_tile(M, [&](auto rows, int64_t r0) {
@@ -374,20 +403,14 @@ struct Nibbles {
   }
 };
 
-// A group's 64 scales and offsets less 8 scales (a weight is code * scale + offset'), from the bfloat16 pairs.
-inline void group_scales(const at::BFloat16* s, int64_t N, int64_t n0, int64_t g, __m512 (&scale)[4],
-                         __m512 (&offset)[4]) {
-  const int32_t* sg = reinterpret_cast<const int32_t*>(s + (g * N + n0) * 2);
-  for (int j = 0; j < 4; ++j) {
-    const __m512i pairs = _mm512_loadu_si512(sg + 16 * j);
-    scale[j] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
-    offset[j] = _mm512_fnmadd_ps(_mm512_set1_ps(8.0f), scale[j],
-                                 _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(-65536))));
-  }
+// A group's 64 scales and offsets less 8 scales (a weight is code * scale + offset').
+inline void group_scales(const Scales& s, int64_t n0, int64_t g, __m512 (&scale)[4], __m512 (&offset)[4]) {
+  load_scales(s, n0, g, scale, offset);
+  for (int j = 0; j < 4; ++j) offset[j] = _mm512_fnmadd_ps(_mm512_set1_ps(8.0f), scale[j], offset[j]);
 }
 
 template <int64_t R>
-void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, const float* xd, const float* xsum,
+void dot8_block(const uint8_t* codes, const Scales& s, const int8_t* xq, const float* xd, const float* xsum,
                 float* y, int64_t K, int64_t N, int64_t n0, int64_t ldy) {
   const Nibbles nib;
   // the functors by value: copies the compiler keeps in registers (through a reference, every store to y may
@@ -398,15 +421,15 @@ void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, c
         nib.codes4(codes + k * 32, w);
       },
       [=](int64_t g, __m512(&scale)[4], __m512(&offset)[4]) {
-        prefetch_scales(s, N, n0, g, groups);
-        group_scales(s, N, n0, g, scale, offset);
+        prefetch_scales(s, n0, g, groups);
+        group_scales(s, n0, g, scale, offset);
       },
       xq, xd, xsum, y + n0, K, ldy);
 }
 #else
 // Portable: the same integer sums and the same scaling, in plain loops over the 64 outputs.
 template <int64_t R>
-void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, const float* xd, const float* xsum,
+void dot8_block(const uint8_t* codes, const Scales& s, const int8_t* xq, const float* xd, const float* xsum,
                 float* y, int64_t K, int64_t N, int64_t n0, int64_t ldy) {
   float out[R][BLOCK_N] = {};
   const int64_t groups = K / GROUP;
@@ -431,12 +454,11 @@ void dot8_block(const uint8_t* codes, const at::BFloat16* s, const int8_t* xq, c
         for (int64_t c = 0; c < BLOCK_N; ++c) gsum[r][c] += static_cast<float>(acc[r][c]) * d;
       }
     }
-    const at::BFloat16* sg = s + (g * N + n0) * 2;
     for (int64_t r = 0; r < R; ++r) {
       const float xs = xsum[r * groups + g];
       for (int64_t c = 0; c < BLOCK_N; ++c) {
-        const float scale = static_cast<float>(sg[2 * c]);
-        const float offset = static_cast<float>(sg[2 * c + 1]) - 8.0f * scale;
+        const float scale = s.scale(g, n0 + c);
+        const float offset = s.offset(g, n0 + c) - 8.0f * scale;
         out[r][c] += gsum[r][c] * scale + xs * offset;
       }
     }
@@ -548,7 +570,7 @@ constexpr int64_t UNPACK_ROWS = 64;
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
 // One block of 64 rows of int4 codes as u8_block's codes [K/4][64][4] and scales [K/32][2][64].
-void unpack_block(const uint8_t* codes, const at::BFloat16* s, int64_t K, int64_t N, int64_t n0, uint8_t* q,
+void unpack_block(const uint8_t* codes, const Scales& s, int64_t K, int64_t n0, uint8_t* q,
                   float* sc) {
   const Nibbles nib;
   for (int64_t k = 0; k < K; k += 4) {
@@ -558,7 +580,7 @@ void unpack_block(const uint8_t* codes, const at::BFloat16* s, int64_t K, int64_
   }
   for (int64_t g = 0; g < K / GROUP; ++g) {
     __m512 scale[4], offset[4];
-    group_scales(s, N, n0, g, scale, offset);
+    group_scales(s, n0, g, scale, offset);
     for (int j = 0; j < 4; ++j) {
       _mm512_storeu_ps(sc + g * 2 * BLOCK_N + 16 * j, scale[j]);
       _mm512_storeu_ps(sc + g * 2 * BLOCK_N + BLOCK_N + 16 * j, offset[j]);
@@ -572,7 +594,7 @@ at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at:
   const int64_t M = x.size(0), K = x.size(1), N = sz.size(1), groups = K / GROUP;
   const Rounded xr = round8(x);
   at::Tensor y = x.new_empty({M, N});
-  const at::BFloat16* s = sz.data_ptr<at::BFloat16>();
+  const Scales s = scales_of(sz);
   float* yp = y.data_ptr<float>();
 #if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
   if (M >= UNPACK_ROWS) {
@@ -580,7 +602,7 @@ at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at:
       std::vector<uint8_t> q(K * BLOCK_N);
       std::vector<float> sc(groups * 2 * BLOCK_N);
       for (int64_t b = begin; b < end; ++b) {
-        unpack_block(packed.data_ptr<uint8_t>() + b * K * 32, s, K, N, b * BLOCK_N, q.data(), sc.data());
+        unpack_block(packed.data_ptr<uint8_t>() + b * K * 32, s, K, b * BLOCK_N, q.data(), sc.data());
         each_tile(M, [&](auto rows, int64_t r0) {
           u8_block<decltype(rows)::value>(q.data(), sc.data(), xr.q.data() + r0 * K, xr.d.data() + r0 * K / HALF,
                                           xr.sum.data() + r0 * groups, yp + r0 * N + b * BLOCK_N, K, N);
