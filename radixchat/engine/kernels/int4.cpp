@@ -147,7 +147,7 @@ void each_block(const at::Tensor& packed, int64_t N, int64_t K, F&& f) {
 }
 
 #if defined(__AVX512F__)
-// Software prefetches for the products that stream the codes from memory (decode steps): the (strided: [K/32][N][2])
+// Software prefetches for the products that stream the codes from memory (decode steps): the (strided: [K/32][N][P])
 // scales and offsets of the block's group PREFETCH_GROUPS ahead, which the hardware prefetchers do not follow, and
 // for int4_gemv the codes PREFETCH_CODES bytes ahead too (int4_dot8 lost more than it gained from that).
 constexpr int64_t PREFETCH_CODES = 512, PREFETCH_GROUPS = 2;
@@ -186,7 +186,7 @@ inline void load_scales(const Scales& s, int64_t n0, int64_t g, __m512 (&scale)[
 // matmul.
 template <int64_t R>
 void gemv_block(const uint8_t* codes, const Scales& s, const uint16_t* xb, const float* xsum, float* y,
-                int64_t K, int64_t N, int64_t n0, int64_t ldy) {
+                int64_t K, int64_t n0, int64_t ldy) {
   // byte 4i: code of output i (input k), 4i + 2: of input k + 1 (32 bytes on); 4i + 1, 4i + 3: 0x43 (table 2)
   alignas(64) uint8_t pick[2][64];
   for (int h = 0; h < 2; ++h)
@@ -242,7 +242,7 @@ void gemv_block(const uint8_t* codes, const Scales& s, const uint16_t* xb, const
 // Portable: the same sums in float32 (the compiler vectorizes the loops over the 64 outputs).
 template <int64_t R>
 void gemv_block(const uint8_t* codes, const Scales& s, const uint16_t* xb, const float* xsum, float* y,
-                int64_t K, int64_t N, int64_t n0, int64_t ldy) {
+                int64_t K, int64_t n0, int64_t ldy) {
   float out[R][BLOCK_N] = {};
   const int64_t groups = K / GROUP;
   for (int64_t g = 0; g < groups; ++g) {
@@ -298,8 +298,8 @@ at::Tensor int4_gemv(const at::Tensor& x_in, const at::Tensor& packed, const at:
   float* yp = y.data_ptr<float>();
   each_block(packed, N, K, [&](const uint8_t* codes, int64_t n0) {
     each_tile(M, [&](auto rows, int64_t r0) {
-      gemv_block<decltype(rows)::value>(codes, s, xb.data() + r0 * K, xsum.data() + r0 * groups, yp + r0 * N, K, N,
-                                        n0, N);
+      gemv_block<decltype(rows)::value>(codes, s, xb.data() + r0 * K, xsum.data() + r0 * groups, yp + r0 * N, K, n0,
+                                        N);
     });
   });
   return y;
@@ -411,11 +411,11 @@ inline void group_scales(const Scales& s, int64_t n0, int64_t g, __m512 (&scale)
 
 template <int64_t R>
 void dot8_block(const uint8_t* codes, const Scales& s, const int8_t* xq, const float* xd, const float* xsum,
-                float* y, int64_t K, int64_t N, int64_t n0, int64_t ldy) {
+                float* y, int64_t K, int64_t n0, int64_t ldy) {
   const Nibbles nib;
+  const int64_t groups = K / GROUP;
   // the functors by value: copies the compiler keeps in registers (through a reference, every store to y may
   // change them)
-  const int64_t groups = K / GROUP;
   dot8_tile<R>(
       [=](int64_t k, __m512i(&w)[4]) {
         nib.codes4(codes + k * 32, w);
@@ -430,7 +430,7 @@ void dot8_block(const uint8_t* codes, const Scales& s, const int8_t* xq, const f
 // Portable: the same integer sums and the same scaling, in plain loops over the 64 outputs.
 template <int64_t R>
 void dot8_block(const uint8_t* codes, const Scales& s, const int8_t* xq, const float* xd, const float* xsum,
-                float* y, int64_t K, int64_t N, int64_t n0, int64_t ldy) {
+                float* y, int64_t K, int64_t n0, int64_t ldy) {
   float out[R][BLOCK_N] = {};
   const int64_t groups = K / GROUP;
   for (int64_t g = 0; g < groups; ++g) {
@@ -615,7 +615,7 @@ at::Tensor int4_dot8(const at::Tensor& x_in, const at::Tensor& packed, const at:
   each_block(packed, N, K, [&](const uint8_t* codes, int64_t n0) {
     each_tile(M, [&](auto rows, int64_t r0) {
       dot8_block<decltype(rows)::value>(codes, s, xr.q.data() + r0 * K, xr.d.data() + r0 * K / HALF,
-                                        xr.sum.data() + r0 * groups, yp + r0 * N, K, N, n0, N);
+                                        xr.sum.data() + r0 * groups, yp + r0 * N, K, n0, N);
     });
   });
   return y;
