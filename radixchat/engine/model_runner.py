@@ -1,4 +1,5 @@
-"""Runs one forward pass of an unmodified transformers model over a flattened mixed batch."""
+"""Runs one forward pass of an unmodified transformers model over a flattened mixed batch: the compiled decode
+step where one fits, else the lean forward of a known architecture (``lean``), else the model itself."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from radixchat.engine.attention import AttentionBatch, ExtendSeq
 from radixchat.engine.batch import ScheduledBatch
 from radixchat.engine.decode_graph import DecodeGraphs
 from radixchat.engine.kv_pool import KVPool, ReqToTokenTable
+from radixchat.engine.lean import lean_forward
 
 
 class ModelRunner:
@@ -32,6 +34,7 @@ class ModelRunner:
         self.unified = unified
         self.device = pool.device
         self.decode_graphs = decode_graphs  # compiled pure-decode steps, once built
+        self.lean = lean_forward(model)  # the same logits as the model's, without transformers' wrappers
 
     def build_metadata(self, batch: ScheduledBatch) -> tuple[AttentionBatch, torch.Tensor, torch.Tensor]:
         dev = self.device
@@ -107,14 +110,16 @@ class ModelRunner:
                 keep.append(offset - 1)
         input_ids = torch.tensor(batch.input_ids, dtype=torch.int64, device=self.device)[None]
         keep_t = torch.tensor(keep or [offset - 1], dtype=torch.int64, device=self.device)
-        out = self.model(
-            input_ids=input_ids,
-            position_ids=pos_t[None],
-            use_cache=False,
-            radix=meta,
-            logits_to_keep=keep_t,
-        )
-        logits = out.logits[0]
+        if self.lean is not None:
+            logits = self.lean(input_ids, pos_t[None], meta, keep_t)[0]
+        else:
+            logits = self.model(
+                input_ids=input_ids,
+                position_ids=pos_t[None],
+                use_cache=False,
+                radix=meta,
+                logits_to_keep=keep_t,
+            ).logits[0]
         if not keep:
             return logits[:0].float()
         return logits.float()

@@ -1,0 +1,68 @@
+"""The lean forward (``engine/lean.py``) gives the transformers model's logits bit for bit: every step of a
+batched run (mixed prefill chunks and decodes, sliding windows outgrown, a cache hit), on each architecture it
+knows, with the pool in the model's dtype (gathered prefill attention) and in bfloat16 (the native prefill
+kernel)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Gemma2Config
+
+from radixchat.engine import EngineConfig, SamplingParams
+from radixchat.engine.core import EngineCore
+from radixchat.engine.lean import ARCHS, lean_forward
+from radixchat.engine.loader import describe_model
+from tests.conftest import build_pair, tiny_config
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+
+
+def _steps(core: EngineCore, prompts: list[list[int]]) -> tuple[list[torch.Tensor], list[list[int]]]:
+    """Every step's logits, and the replies."""
+    seen: list[torch.Tensor] = []
+    forward = core.runner.forward
+
+    def record(batch):
+        logits = forward(batch)
+        seen.append(logits.clone())
+        return logits
+
+    core.runner.forward = record
+    reqs = [core.make_request(p, GREEDY) for p in prompts]
+    core.run_until_done(reqs)
+    again = core.make_request(prompts[0][:30] + [7, 8, 9], GREEDY)  # a cache hit that splits a node
+    core.run_until_done([again])
+    core.check_integrity()
+    return seen, [r.output_ids for r in [*reqs, again]]
+
+
+@pytest.mark.parametrize("kv_dtype", [None, "bfloat16"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", "gemma3"])
+def test_the_lean_forward_gives_the_models_logits_bit_for_bit(arch, kv_dtype, tmp_path):
+    model, _ = build_pair(tiny_config(arch))
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (45, 9, 70)]  # past the windows
+    runs = {}
+    for lean in (True, False):
+        lm = describe_model(model, None, f"tiny-{arch}", tmp_path)
+        cfg = EngineConfig(kv_dtype=kv_dtype, chunked_prefill_size=16, cache_dir=tmp_path)
+        core = EngineCore(lm, cfg)
+        assert core.runner.lean is not None
+        if not lean:
+            core.runner.lean = None
+        runs[lean] = _steps(core, prompts)
+    (lean_logits, lean_out), (ref_logits, ref_out) = runs[True], runs[False]
+    assert lean_out == ref_out
+    assert len(lean_logits) == len(ref_logits) > 20
+    for a, b in zip(lean_logits, ref_logits):
+        assert torch.equal(a, b)
+
+
+def test_an_architecture_it_does_not_know_runs_through_transformers():
+    config = Gemma2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16,
+    )  # fmt: skip
+    assert config.model_type not in ARCHS
+    assert lean_forward(AutoModelForCausalLM.from_config(config)) is None
