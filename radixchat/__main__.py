@@ -1,5 +1,3 @@
-import sys
+from radixchat.cli import run
 
-from radixchat.cli import main
-
-sys.exit(main())
+run()

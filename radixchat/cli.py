@@ -11,7 +11,10 @@ or configuration error, 3 the model failed to load or the remote server cannot b
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
+import threading
 import types
 import typing
 from pathlib import Path
@@ -253,6 +256,32 @@ def session_to_continue(settings: Settings) -> Path | None:
 
 def error(msg: str) -> None:
     print(f"radixchat: {msg}", file=sys.stderr, flush=True)
+
+
+def run() -> None:
+    """The ``radixchat`` command: ``main``, then ``exit_now``."""
+    exit_now(main())
+
+
+def exit_now(code: int) -> typing.NoReturn:
+    """Exit with ``code`` without the interpreter's teardown, once nothing is left to finish.
+
+    Unloading the thousands of modules torch and transformers import, one by one, takes about a second, longer
+    than a short one-shot reply. By now every file the run wrote is closed (atomic writes), the engine and its
+    threads are stopped and the backend closed; the atexit handlers still run (logging's flush, unpausing a
+    compile builder) and the standard streams are flushed. Where another thread is still alive, or a stream
+    cannot be flushed, the usual exit runs instead, with its usual outcome."""
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if others:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
