@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.prompt is not None:
             from radixchat.batch import OneShotOptions, run_oneshot
 
-            with settled_heap():
+            with settled_heap(grammar=ns.json or ns.schema is not None):
                 return run_oneshot(
                     settings,
                     OneShotOptions(

@@ -18,21 +18,23 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 
 _settle_heap = False  # see settled_heap
+_settle_grammar = True
 
 
 @contextmanager
-def settled_heap() -> Iterator[None]:
+def settled_heap(grammar: bool = True) -> Iterator[None]:
     """For a process that runs one front end (the CLI): a local backend loaded within this block then takes
     what is on the heap (torch, transformers, the model) out of Python's cyclic garbage collector with
     ``gc.freeze()``. A full collection over that heap holds the GIL for long, and in the chat app one came
     often enough to stall the engine's decoding for a whole reply. Objects are given back to the collector
-    when the block ends (before the interpreter's own teardown)."""
-    global _settle_heap
-    _settle_heap = True
+    when the block ends (before the interpreter's own teardown). ``grammar``: import the grammar engine
+    first, to freeze it too (a one-shot plain reply never uses it, and its import is ~0.3 s)."""
+    global _settle_heap, _settle_grammar
+    _settle_heap, _settle_grammar = True, grammar
     try:
         yield
     finally:
-        _settle_heap = False
+        _settle_heap, _settle_grammar = False, True
         gc.unfreeze()
 
 
@@ -51,7 +53,8 @@ def load_backend(settings: Settings, progress: Progress = lambda _: None) -> Cha
     if _settle_heap:  # no gc.collect() first: after a load it finds next to nothing, at a full pass's cost
         # the grammar engine's modules (Lark, jsonschema) too, or JSON and tool modes import them later,
         # into the heap each full collection walks, for the rest of the process
-        import radixchat.grammar  # noqa: F401
+        if _settle_grammar:
+            import radixchat.grammar  # noqa: F401
 
         gc.freeze()
     return backend
