@@ -1,7 +1,7 @@
 """The lean forward (``engine/lean.py``) gives the transformers model's logits bit for bit: every step of a
 batched run (mixed prefill chunks and decodes, sliding windows outgrown, a cache hit), on each architecture it
 knows, with the pool in the model's dtype (gathered prefill attention) and in bfloat16 (the native prefill
-kernel)."""
+kernel), and for a bfloat16 model."""
 
 from __future__ import annotations
 
@@ -37,10 +37,13 @@ def _steps(core: EngineCore, prompts: list[list[int]]) -> tuple[list[torch.Tenso
     return seen, [r.output_ids for r in [*reqs, again]]
 
 
-@pytest.mark.parametrize("kv_dtype", [None, "bfloat16"])
+@pytest.mark.parametrize(
+    ("dtype", "kv_dtype"),
+    [(torch.float32, None), (torch.float32, "bfloat16"), (torch.bfloat16, None)],  # a GPU's model dtype too
+)
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", "gemma3"])
-def test_the_lean_forward_gives_the_models_logits_bit_for_bit(arch, kv_dtype, tmp_path):
-    model, _ = build_pair(tiny_config(arch))
+def test_the_lean_forward_gives_the_models_logits_bit_for_bit(arch, dtype, kv_dtype, tmp_path):
+    model, _ = build_pair(tiny_config(arch), dtype=dtype)
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (45, 9, 70)]  # past the windows
     runs = {}
