@@ -48,7 +48,6 @@ async def _measure(rounds: int) -> dict[str, list[float]]:
                 done = await engine.generate(prompt, greedy)
                 speed[name].append(done.decode_tokens_per_s or 0.0)
                 replies[name].add(tuple(done.token_ids))
-        engine.call(lambda: setattr(runner, "lean", lean))
     same = replies["lean"] == replies["transformers"] and len(replies["lean"]) == 1
     print(f"same tokens: {same}")
     return speed

@@ -4,10 +4,11 @@ the same order as transformers' modeling code, without its wrappers.
 A decode step of a small model spends more time in transformers' Python than in its matrix products: each of
 ~20 modules a layer goes through ``nn.Module.__call__``, keyword plumbing, a config lookup per attribute and,
 for some, a kernel-hub shim; masks are built that radix attention never reads (docs/benchmarks.md, section
-11). Here the layer loop calls each module's ``forward`` (or its arithmetic, op for op) directly and hands
-radix attention its batch metadata. The logits are bit-identical to the transformers model's
-(``tests/engine/test_lean.py``), so everything the engine promises of that model (greedy equality, batch
-invariance) holds unchanged. An architecture not listed runs through transformers.
+11). Here the layer loop calls each module's ``forward`` (a norm's arithmetic, op for op) and the modeling
+module's own RoPE function directly, and hands radix attention its batch metadata. The logits are
+bit-identical to the transformers model's (``tests/engine/test_lean.py``), so everything the engine promises of
+that model (greedy equality, batch invariance) holds unchanged. An architecture not listed runs through
+transformers.
 
 The compiled decode step (``decode_graph``) still traces the transformers model: compiled, its wrappers cost
 nothing.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -59,25 +61,15 @@ def _norm(module: nn.Module, kind: str) -> Callable[[torch.Tensor], torch.Tensor
     return norm
 
 
-def _rotate(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-) -> tuple[torch.Tensor, ...]:
-    """transformers' ``apply_rotary_pos_emb`` (q, k [1, H, T, D]; cos, sin [1, T, D])."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    half = q.shape[-1] // 2
-
-    def rotate_half(x: torch.Tensor) -> torch.Tensor:
-        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-
-
 class _Layer:
     """One decoder layer's modules, looked up once."""
 
-    def __init__(self, layer: nn.Module, arch: _Arch, config: object, layer_type: str) -> None:
+    def __init__(
+        self, layer: nn.Module, arch: _Arch, config: object, layer_type: str, rope: Callable[..., Any]
+    ) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.attn = attn
+        self.rope = rope  # the modeling module's own apply_rotary_pos_emb
         self.layer_type = layer_type
         self.q, self.k, self.v, self.o = (
             m.forward for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
@@ -114,7 +106,7 @@ class _Layer:
             if self.qk_norm == "heads":
                 q, k = self.q_norm(q), self.k_norm(k)
         v = self.v(h).view(shape).transpose(1, 2)
-        q, k = _rotate(q, k, cos, sin)
+        q, k = self.rope(q, k, cos, sin)
         out, _ = radix_attention(
             self.attn, q, k, v, None, scaling=self.scaling, sliding_window=self.window, radix=meta
         )
@@ -139,7 +131,7 @@ class LeanForward:
     """``model(input_ids, position_ids, radix=meta, logits_to_keep=keep).logits`` of a model of a known
     architecture, in fewer Python steps (built once per model: the modules are looked up here)."""
 
-    def __init__(self, model: nn.Module, arch: _Arch) -> None:
+    def __init__(self, model: nn.Module, arch: _Arch, rope: Callable[..., Any]) -> None:
         inner = model.model
         config = model.config
         self.embed = inner.embed_tokens
@@ -147,9 +139,10 @@ class LeanForward:
         self.per_type = "layer_type" in inspect.signature(inner.rotary_emb.forward).parameters
         types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
         self.layers = [
-            _Layer(layer, arch, config, types[i])
+            _Layer(layer, arch, config, types[i], rope)
             for i, layer in enumerate(inner.layers[: config.num_hidden_layers])
         ]
+        self.types = {layer.layer_type for layer in self.layers}
         self.final_norm = _norm(inner.norm, arch.norm)
         self.head = model.lm_head.forward
         self.softcap = getattr(config, "final_logit_softcapping", None)
@@ -159,9 +152,9 @@ class LeanForward:
     ) -> torch.Tensor:
         h = self.embed(input_ids)
         if self.per_type:
-            rope = {t: self.rotary(h, positions, t) for t in {layer.layer_type for layer in self.layers}}
+            rope = {t: self.rotary(h, positions, t) for t in self.types}
         else:
-            rope = dict.fromkeys({layer.layer_type for layer in self.layers}, self.rotary(h, positions))
+            rope = dict.fromkeys(self.types, self.rotary(h, positions))
         for layer in self.layers:
             cos, sin = rope[layer.layer_type]
             h = layer(h, cos, sin, meta)
@@ -174,6 +167,7 @@ class LeanForward:
 def lean_forward(model: nn.Module) -> LeanForward | None:
     """The lean forward of ``model``, or None where its architecture is not one we know (transformers runs it)."""
     arch = ARCHS.get(getattr(model.config, "model_type", ""))
-    if arch is None or not hasattr(model, "model") or not hasattr(model, "lm_head"):
+    rope = getattr(inspect.getmodule(type(model)), "apply_rotary_pos_emb", None)
+    if arch is None or rope is None or not hasattr(model, "model") or not hasattr(model, "lm_head"):
         return None
-    return LeanForward(model, arch)
+    return LeanForward(model, arch, rope)
