@@ -40,13 +40,16 @@ TINY_VOCAB = 512
 
 #: The quality guards' bar: top-1 agreement with float32, teacher-forced on a fixed text. The 8-bit-activation
 #: kernels round the activations to 8 bits, as llama.cpp multiplies a GGUF's weights (per 32 inputs there, per 16
-#: here): their bar is above llama.cpp's own agreement with the float32 model of the same file (96.5% for the
-#: bundled model, 94.9% for Gemma 3 270M, over 2,000 tokens: ``bench/quality.py``). The other kernels keep 98%.
+#: here): their bar is llama.cpp's own best agreement with the float32 model of the same file (96.5% for the
+#: bundled model, 94.9% for Gemma 3 270M, over 2,000 tokens: ``bench/quality.py``). It was 97%, but the guard text
+#: has ~330 positions (one is 0.3%) and the float32 reference's own rounding moves with the CPU's BLAS: Gemma's
+#: ``int8-dot8`` kept 97.3% on an EPYC Zen 4 and 96.97% on a Xeon with AMX (96.8% over 1,996 positions of prose
+#: there), the same kernel bits. The other kernels keep 98%.
 DOT8_KERNELS = ("int4-dot8", "int8-dot8")
 
 
 def agreement_bar(kernel: str) -> float:
-    return 0.97 if kernel in DOT8_KERNELS else 0.98
+    return 0.965 if kernel in DOT8_KERNELS else 0.98
 
 
 def tiny_config(arch: str):

@@ -360,7 +360,7 @@ def _guard(results) -> None:  # noqa: ANN001
 @pytest.mark.real_model
 def test_quality_guard_packed_smollm2(smol, smol_tokenizer, tmp_path):
     """The bundled model packed (Q4_1 codes, float16 head) keeps >= 98% teacher-forced top-1 agreement with
-    float32 (int4-dot8: 97%, ``agreement_bar``) and its NLL within 2%, with every layer kernel."""
+    float32 (int4-dot8: 96.5%, ``agreement_bar``) and its NLL within 2%, with every layer kernel."""
     _guard(_agreement("smollm2", smol[1], smol_tokenizer, tmp_path))
 
 
