@@ -655,6 +655,57 @@ at::Tensor int8_dot8(const at::Tensor& x_in, const at::Tensor& codes, const at::
 // independent sums (16 outputs would be one chain of dependent multiply-adds).
 constexpr int64_t Q8_ROWS = 64;
 
+#if defined(__AVX512F__)
+// 64 outputs' codes of input k as float32, four vectors of 16.
+inline void int8_codes(const int8_t* codes, __m512 (&w)[4]) {
+  for (int j = 0; j < 4; ++j)
+    w[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * j))));
+}
+
+// The group's sums stay in registers (R x 4 vectors), and so do the running outputs of one or two rows (more spill:
+// theirs wait in y, L1-resident): out = acc * scale + out once per group, acc = w * x + acc per input, in input order.
+template <int64_t R>
+void int8_tile(const int8_t* q, const at::Half* sc, const float* x, float* y, int64_t K, int64_t ldy) {
+  constexpr bool held = R <= 2;
+  __m512 out[held ? R : 1][4];
+  for (int64_t r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (held)
+        out[r][j] = _mm512_setzero_ps();
+      else
+        _mm512_storeu_ps(y + r * ldy + 16 * j, _mm512_setzero_ps());
+    }
+  for (int64_t g = 0; g < K / GROUP; ++g) {
+    __m512 acc[R][4];
+    for (int64_t r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int64_t k = g * GROUP; k < (g + 1) * GROUP; ++k) {
+      __m512 w[4];
+      int8_codes(q + k * Q8_ROWS, w);
+      for (int64_t r = 0; r < R; ++r) {
+        const __m512 xv = _mm512_set1_ps(x[r * K + k]);
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(w[j], xv, acc[r][j]);
+      }
+    }
+    for (int j = 0; j < 4; ++j) {
+      const __m512 scale =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + g * Q8_ROWS + 16 * j)));
+      for (int64_t r = 0; r < R; ++r) {
+        if constexpr (held) {
+          out[r][j] = _mm512_fmadd_ps(acc[r][j], scale, out[r][j]);
+        } else {
+          float* o = y + r * ldy + 16 * j;
+          _mm512_storeu_ps(o, _mm512_fmadd_ps(acc[r][j], scale, _mm512_loadu_ps(o)));
+        }
+      }
+    }
+  }
+  if constexpr (held)
+    for (int64_t r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(y + r * ldy + 16 * j, out[r][j]);
+}
+#else
 template <int64_t R>
 void int8_tile(const int8_t* q, const at::Half* sc, const float* x, float* y, int64_t K, int64_t ldy) {
   float out[R][Q8_ROWS] = {};
@@ -670,18 +721,14 @@ void int8_tile(const int8_t* q, const at::Half* sc, const float* x, float* y, in
       }
     }
     float scale[Q8_ROWS];
-#if defined(__AVX512F__)
-    for (int64_t c = 0; c < Q8_ROWS; c += 16)
-      _mm512_storeu_ps(scale + c,
-                       _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + g * Q8_ROWS + c))));
-#else
     for (int64_t c = 0; c < Q8_ROWS; ++c) scale[c] = static_cast<float>(sc[g * Q8_ROWS + c]);
-#endif
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < Q8_ROWS; ++c) out[r][c] += acc[r][c] * scale[c];
   }
   for (int64_t r = 0; r < R; ++r) std::memcpy(y + r * ldy, out[r], sizeof out[r]);
 }
+
+#endif
 
 at::Tensor int8_gemv(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& scales) {
   TORCH_CHECK(codes.scalar_type() == at::kChar && codes.is_contiguous() && codes.dim() == 3, "int8_gemv: codes");
