@@ -1,11 +1,14 @@
 """What this machine is, and what was measured on it before: torch-free, so ``--help`` can say it cheaply.
 
 The engine measures the weights formats once per machine (``radixchat.engine.weights``) and caches the timings
-in ``<cache_dir>/weights-probe.json`` under a key naming the CPU model, its vector extensions and the torch version.
+in ``<cache_dir>/weights-probe.json`` under a key naming the CPU model, its vector extensions, the torch version and
+the native kernels' sources (a faster kernel is measured again, not judged by its old timings).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -65,8 +68,18 @@ def cpu_load() -> float:
         return 0.0
 
 
+@functools.cache
+def kernels_version() -> str:
+    """A hash of the native kernels' sources (``engine/kernels/*.cpp``, read as files): their speed is part of
+    what a probe measured."""
+    h = hashlib.sha256()
+    for src in sorted((Path(__file__).parent / "engine" / "kernels").glob("*.cpp")):
+        h.update(src.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def probe_key() -> str:
-    return f"{cpu_name()} [{cpu_isa()}] | torch {torch_version()} | v{PROBE_VERSION}"
+    return f"{cpu_name()} [{cpu_isa()}] | torch {torch_version()} | v{PROBE_VERSION} | kernels {kernels_version()}"
 
 
 def read_probes(cache_dir: Path) -> dict[str, Any]:
