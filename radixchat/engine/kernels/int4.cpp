@@ -35,6 +35,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -146,11 +147,27 @@ void each_block(const at::Tensor& packed, int64_t N, int64_t K, F&& f) {
   });
 }
 
+// How far ahead of its stream of codes each decode product prefetches them into L2 (bytes; 0: only int4_gemv's
+// own 512 bytes into L1, below). Which distance pays is the machine's and the kernel's (4-8 KB paid 18-85% on a Xeon
+// with AMX, 512 bytes into L1 cost int4_dot8 5% on an EPYC Zen 4): engine/prefetch.py measures each, and sets it
+// with set_prefetch.
+enum Streamer { INT4_GEMV, INT4_DOT8, INT8_DOT8, INT8_GEMV, STREAMERS };
+constexpr const char* STREAMER_NAMES[STREAMERS] = {"int4_gemv", "int4_dot8", "int8_dot8", "int8_gemv"};
+std::atomic<int64_t> prefetch_ahead[STREAMERS] = {};
+
+inline int64_t code_prefetch(Streamer kernel) { return prefetch_ahead[kernel].load(std::memory_order_relaxed); }
+
 #if defined(__AVX512F__)
 // Software prefetches for the products that stream the codes from memory (decode steps): the (strided: [K/32][N][P])
 // scales and offsets of the block's group PREFETCH_GROUPS ahead, which the hardware prefetchers do not follow, and
 // for int4_gemv the codes PREFETCH_CODES bytes ahead too (int4_dot8 lost more than it gained from that).
 constexpr int64_t PREFETCH_CODES = 512, PREFETCH_GROUPS = 2;
+
+// The LINES cache lines from p + ahead, into L2 (at ahead 0, the lines about to be loaded: nothing to fetch).
+template <int LINES>
+inline void prefetch_codes(const void* p, int64_t ahead) {
+  for (int l = 0; l < LINES; ++l) _mm_prefetch(static_cast<const char*>(p) + ahead + 64 * l, _MM_HINT_T1);
+}
 
 inline void prefetch_scales(const Scales& s, int64_t n0, int64_t g, int64_t groups) {
   if (g + PREFETCH_GROUPS >= groups) return;
@@ -198,6 +215,7 @@ void gemv_block(const uint8_t* codes, const Scales& s, const uint16_t* xb, const
   const __m512i PICK0 = _mm512_load_si512(pick[0]), PICK1 = _mm512_load_si512(pick[1]);
   const __m512i HI_BYTE = _mm512_set1_epi8(0x43), NIBBLE = _mm512_set1_epi8(15);
   const int64_t groups = K / GROUP;
+  const int64_t ahead = code_prefetch(INT4_GEMV);
   __m512 out[R][4];
   for (int64_t r = 0; r < R; ++r)
     for (int j = 0; j < 4; ++j) out[r][j] = _mm512_setzero_ps();
@@ -208,7 +226,10 @@ void gemv_block(const uint8_t* codes, const Scales& s, const uint16_t* xb, const
     prefetch_scales(s, n0, g, groups);
     const uint8_t* src = codes + g * GROUP * 32;
     for (int64_t kk = 0; kk < GROUP; kk += 2, src += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(src) + PREFETCH_CODES, _MM_HINT_T0);
+      if (ahead == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(src) + PREFETCH_CODES, _MM_HINT_T0);
+      else
+        prefetch_codes<1>(src, ahead);
       const __m512i v = _mm512_loadu_si512(src);  // inputs k (bytes 0..31) and k + 1 (32..63)
       const __m512i lo = _mm512_and_si512(v, NIBBLE), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), NIBBLE);
       const __m512i w[4] = {
@@ -416,8 +437,10 @@ void dot8_block(const uint8_t* codes, const Scales& s, const int8_t* xq, const f
   const int64_t groups = K / GROUP;
   // the functors by value: copies the compiler keeps in registers (through a reference, every store to y may
   // change them)
+  const int64_t ahead = code_prefetch(INT4_DOT8);
   dot8_tile<R>(
       [=](int64_t k, __m512i(&w)[4]) {
+        prefetch_codes<2>(codes + k * 32, ahead);
         nib.codes4(codes + k * 32, w);
       },
       [=](int64_t g, __m512(&scale)[4], __m512(&offset)[4]) {
@@ -518,8 +541,10 @@ Rounded round8(const at::Tensor& x) {
 template <int64_t R>
 void u8_block(const uint8_t* codes, const float* sc, const int8_t* xq, const float* xd, const float* xsum, float* y,
               int64_t K, int64_t ldy) {
+  const int64_t ahead = code_prefetch(INT8_DOT8);
   dot8_tile<R>(
       [=](int64_t k, __m512i(&w)[4]) {
+        prefetch_codes<4>(codes + k * BLOCK_N, ahead);
         for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(codes + k * BLOCK_N + 64 * j);
       },
       [=](int64_t g, __m512(&scale)[4], __m512(&minimum)[4]) {
@@ -667,6 +692,7 @@ inline void int8_codes(const int8_t* codes, __m512 (&w)[4]) {
 template <int64_t R>
 void int8_tile(const int8_t* q, const at::Half* sc, const float* x, float* y, int64_t K, int64_t ldy) {
   constexpr bool held = R <= 2;
+  const int64_t ahead = code_prefetch(INT8_GEMV);
   __m512 out[held ? R : 1][4];
   for (int64_t r = 0; r < R; ++r)
     for (int j = 0; j < 4; ++j) {
@@ -682,6 +708,7 @@ void int8_tile(const int8_t* q, const at::Half* sc, const float* x, float* y, in
 #pragma GCC unroll 4
     for (int64_t k = g * GROUP; k < (g + 1) * GROUP; ++k) {
       __m512 w[4];
+      prefetch_codes<1>(q + k * Q8_ROWS, ahead);
       int8_codes(q + k * Q8_ROWS, w);
       for (int64_t r = 0; r < R; ++r) {
         const __m512 xv = _mm512_set1_ps(x[r * K + k]);
@@ -755,6 +782,15 @@ at::Tensor int8_gemv(const at::Tensor& x_in, const at::Tensor& codes, const at::
   return y;
 }
 
+// Sets how far ahead a decode product (by op name) prefetches its codes (bytes, 0: the default); returns the previous
+// distance.
+int64_t set_prefetch(c10::string_view kernel, int64_t bytes) {
+  TORCH_CHECK(bytes >= 0 && bytes <= (1 << 20), "set_prefetch: 0 to 1 MiB");
+  for (int i = 0; i < STREAMERS; ++i)
+    if (kernel == STREAMER_NAMES[i]) return prefetch_ahead[i].exchange(bytes);
+  TORCH_CHECK(false, "set_prefetch: no decode product named ", kernel);
+}
+
 }  // namespace
 }  // namespace radixchat
 
@@ -764,6 +800,7 @@ TORCH_LIBRARY_FRAGMENT(radixchat, m) {
   m.def("int8_gemv(Tensor x, Tensor codes, Tensor scales) -> Tensor");
   m.def("int4_dot8(Tensor x, Tensor packed, Tensor sz) -> Tensor");
   m.def("int8_dot8(Tensor x, Tensor codes, Tensor scales) -> Tensor");
+  m.def("set_prefetch(str kernel, int bytes) -> int", &radixchat::set_prefetch);
 }
 
 TORCH_LIBRARY_IMPL(radixchat, CPU, m) {
