@@ -213,6 +213,12 @@ class Settings(BaseSettings):
         description="dtype of the KV cache (auto: on CPU with float32 weights math, the fastest for long "
         "contexts on this machine, measured once; float32 is exact; elsewhere the model's dtype)",
     )
+    code_prefetch: Literal["auto", "off"] = Field(
+        "auto",
+        description="on CPU, how far ahead the native decode products prefetch the weights they stream "
+        "(auto: each product's distance measured once per machine, taken only where it is >= 5% faster; "
+        "off: none; never changes a result)",
+    )
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
         description="where converted models, the KV store and this machine's measurements are kept",

@@ -37,6 +37,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         compile=settings.compile,
         cache_dir=settings.cache_dir,
         kv_dtype=settings.kv_dtype,
+        code_prefetch=settings.code_prefetch,
         deterministic=settings.deterministic,
         kv_store_dir=settings.cache_dir / "kv" if settings.kv_store else None,
         kv_store_bytes=int(settings.kv_store_gib * 2**30),

@@ -26,6 +26,7 @@ from radixchat.engine.kvstore import KVLoadResult, KVSaveResult, KVStoreUsage, K
 from radixchat.engine.kvstore.tier import Run
 from radixchat.engine.loader import LoadedModel
 from radixchat.engine.model_runner import ModelRunner
+from radixchat.engine.prefetch import apply_prefetch
 from radixchat.engine.prefix_cache import NodeInfo, NoReuseCache, PrefixCache
 from radixchat.engine.radix_cache import RadixCache
 from radixchat.engine.request import (
@@ -63,6 +64,9 @@ class EngineConfig:
     cache_dir: Path | None = None  # for the compiled decode step, native kernels and this machine's probes
     # The KV pool's dtype: None is the model's (the exact path), "auto" is measured per machine (kv_dtype.py).
     kv_dtype: str | None = None
+    # How far ahead the native decode products prefetch their codes: "auto" measured per machine (prefetch.py),
+    # "off" none, None as they are.
+    code_prefetch: str | None = None
     # Batch invariance: every token through one code path (eager; decode and prefill through the same
     # attention kernel). The model's weights plan must be deterministic too (load_model(deterministic=True)).
     deterministic: bool = False
@@ -114,6 +118,8 @@ class EngineCore:
             load_paged_attention(cfg.cache_dir) if lm.device.type == "cpu" else "the device is not a CPU"
         )
         self.paged_decode = paged_decode_usable(lm.head_dim, lm.device)
+        # each native decode product's prefetch distance, by name ({}: as they are)
+        self.prefetch = apply_prefetch(cfg.code_prefetch, cfg.cache_dir) if kernels is None else {}
         kv_dtype = resolve_kv_dtype(
             cfg.kv_dtype,
             lm.dtype,
