@@ -216,7 +216,7 @@ class Settings(BaseSettings):
     code_prefetch: Literal["auto", "off"] = Field(
         "auto",
         description="on CPU, how far ahead the native decode products prefetch the weights they stream "
-        "(auto: each product's distance measured once per machine, taken only where it is >= 5% faster; "
+        "(auto: each product's distance measured once per machine, taken only where it is clearly faster; "
         "off: none; never changes a result)",
     )
     cache_dir: Path = Field(

@@ -93,3 +93,11 @@ def test_kv_store_settings_reach_the_engine(tmp_path, monkeypatch):
     assert (off.kv_store_dir, off.kv_spill, off.kv_store_bytes) == (None, False, 3 << 30)
     with pytest.raises(ConfigError, match=r"invalid setting 'kv_store_gib'.*--kv-store-gib"):
         Settings.load({"kv_store_gib": "0"})
+
+
+def test_the_help_renders_every_setting():
+    """argparse formats each flag's help with %: every setting's description must survive it."""
+    from radixchat.cli import build_parser
+
+    text = build_parser().format_help()  # raised TypeError once, for a description's "5%"
+    assert "--code-prefetch {auto,off}" in text and "--kv-dtype" in text
