@@ -92,6 +92,16 @@ def read_probes(cache_dir: Path) -> dict[str, Any]:
     return entry if isinstance(entry, dict) else {}
 
 
+def trusted_timings(cache_dir: Path | None, signature: str, load: float) -> Any:
+    """The timings cached under ``signature``, or None where there are none, or where they were measured on a busy
+    machine and this one is quiet now (``load``: its load per CPU): such a probe is used only until a start finds
+    the machine quiet, which measures again."""
+    cached = read_probes(cache_dir).get(signature) if cache_dir is not None else None
+    if not isinstance(cached, dict) or not isinstance(cached.get("timings"), dict):
+        return None
+    return None if cached.get("load", 0.0) >= BUSY_LOAD > load else cached["timings"]
+
+
 def write_probe(cache_dir: Path, signature: str, result: dict[str, Any]) -> None:
     """Add one result under this machine's key (atomically; other machines' entries are kept)."""
     path = cache_dir / PROBE_FILE

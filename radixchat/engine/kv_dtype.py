@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from radixchat.errors import ConfigError
-from radixchat.machine import BUSY_LOAD, cpu_load, read_probes, write_probe
+from radixchat.machine import cpu_load, trusted_timings, write_probe
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +76,10 @@ def _load_or_probe(
     shape: tuple[int, int, int], cache_dir: Path | None, progress: Callable[[str], None] | None
 ) -> dict[str, float]:
     signature = _signature(shape)
-    cached = read_probes(cache_dir).get(signature) if cache_dir is not None else None
     load = cpu_load()
-    # A probe taken on a busy machine is used only until a start finds the machine quiet (weights.py).
-    busy_then = isinstance(cached, dict) and cached.get("load", 0.0) >= BUSY_LOAD > load
-    if isinstance(cached, dict) and isinstance(cached.get("timings"), dict) and not busy_then:
-        return cached["timings"]
+    cached = trusted_timings(cache_dir, signature, load)
+    if cached is not None:
+        return cached
     if progress:
         progress("measuring the KV pool's dtypes on this CPU (once)")
     timings = probe(shape)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from radixchat.machine import BUSY_LOAD, cpu_load, read_probes, write_probe
+from radixchat.machine import cpu_load, trusted_timings, write_probe
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,10 @@ def choose(timings: dict[str, float]) -> int:
 def _load_or_probe(
     cache_dir: Path | None, progress: Callable[[str], None] | None
 ) -> dict[str, dict[str, float]]:
-    cached = read_probes(cache_dir).get(SIGNATURE) if cache_dir is not None else None
     load = cpu_load()
-    # A probe taken on a busy machine is used only until a start finds the machine quiet (weights.py).
-    busy_then = isinstance(cached, dict) and cached.get("load", 0.0) >= BUSY_LOAD > load
-    if isinstance(cached, dict) and isinstance(cached.get("timings"), dict) and not busy_then:
-        return cached["timings"]
+    cached = trusted_timings(cache_dir, SIGNATURE, load)
+    if cached is not None:
+        return cached
     if progress:
         progress("measuring the decode products' prefetch on this CPU (once)")
     timings = probe()
