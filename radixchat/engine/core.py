@@ -118,8 +118,8 @@ class EngineCore:
             load_paged_attention(cfg.cache_dir) if lm.device.type == "cpu" else "the device is not a CPU"
         )
         self.paged_decode = paged_decode_usable(lm.head_dim, lm.device)
-        # each native decode product's prefetch distance, by name ({}: as they are)
-        self.prefetch = apply_prefetch(cfg.code_prefetch, cfg.cache_dir) if kernels is None else {}
+        if kernels is None:  # how far ahead the native decode products prefetch their codes
+            apply_prefetch(cfg.code_prefetch, cfg.cache_dir)
         kv_dtype = resolve_kv_dtype(
             cfg.kv_dtype,
             lm.dtype,

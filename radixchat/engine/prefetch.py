@@ -1,11 +1,11 @@
 """How far ahead the native decode products prefetch their codes: measured per machine, like the KV pool's dtype.
 
 A decode step streams every weight once, so its products run at the speed memory feeds them. Whether a software
-prefetch a few KB ahead of the stream helps the hardware prefetchers is the machine's own answer: on a Xeon with
-AMX it streamed a 1B model's 4-bit layers 18-70% faster, while 512 bytes ahead had cost ``int4_dot8`` 5% on an
-EPYC Zen 4. ``auto`` times each product at one row over more weights than a cache holds, for each distance in
-turn, once per machine (cached beside the weights probe), and takes a distance only where it beats none by a clear
-margin. The distance never changes a product's result, only its speed.
+prefetch a few KB ahead of the stream helps the hardware prefetchers is the machine's own answer: it paid on one
+CPU and cost on another (docs/benchmarks.md section 12). ``auto`` times each product at one row over ~96 MB of
+weights (a small model's layers), for each distance in turn, once per machine (cached beside the weights probe),
+and takes a distance only where it beats none by a clear margin. The distance never changes a product's result,
+only its speed.
 """
 
 from __future__ import annotations
@@ -88,9 +88,8 @@ def _operands(name: str, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tens
     if name == "int8_dot8":  # [N/64][K/4][64][4] codes, [N/64][K/32][2][64] scales and minimums
         codes = torch.randint(0, 256, (n // 64, k // 4, 64, 4), generator=gen, dtype=torch.uint8)
         return codes, torch.full((n // 64, k // 32, 2, 64), 0.01)
-    codes = torch.randint(
-        -127, 128, (n // 64, k, 64), generator=gen, dtype=torch.int8
-    )  # int8_gemv (Q8_0 heads)
+    # int8_gemv (Q8_0 heads): [N/64][K][64] codes, [N/64][K/32][64] scales
+    codes = torch.randint(-127, 128, (n // 64, k, 64), generator=gen, dtype=torch.int8)
     return codes, torch.full((n // 64, k // 32, 64), 0.01, dtype=torch.float16)
 
 

@@ -148,9 +148,8 @@ void each_block(const at::Tensor& packed, int64_t N, int64_t K, F&& f) {
 }
 
 // How far ahead of its stream of codes each decode product prefetches them into L2 (bytes; 0: only int4_gemv's
-// own 512 bytes into L1, below). Which distance pays is the machine's and the kernel's (4-8 KB paid 18-85% on a Xeon
-// with AMX, 512 bytes into L1 cost int4_dot8 5% on an EPYC Zen 4): engine/prefetch.py measures each, and sets it
-// with set_prefetch.
+// own 512 bytes into L1, below). Which distance pays is the machine's and the kernel's (docs/benchmarks.md section
+// 12): engine/prefetch.py measures each, and sets it with set_prefetch.
 enum Streamer { INT4_GEMV, INT4_DOT8, INT8_DOT8, INT8_GEMV, STREAMERS };
 constexpr const char* STREAMER_NAMES[STREAMERS] = {"int4_gemv", "int4_dot8", "int8_dot8", "int8_gemv"};
 std::atomic<int64_t> prefetch_ahead[STREAMERS] = {};
@@ -676,8 +675,8 @@ at::Tensor int8_dot8(const at::Tensor& x_in, const at::Tensor& codes, const at::
 // int8_gemv: a few rows times 8-bit codes with a float16 scale per group of 32 inputs (GGUF's Q8_0), for LM heads.
 // Codes are [N/64][K][64] (64 outputs side by side per input), scales [N/64][K/32][64]. Float32 products and sums
 // (a head made from a Q8_0 tensor holds that tensor's exact values), a group's scale applied once per 32 inputs,
-// the same arithmetic for a row in every tile. Plain loops over 64 outputs, which the compiler vectorizes into
-// independent sums (16 outputs would be one chain of dependent multiply-adds).
+// the same arithmetic for a row in every tile: 64 outputs' independent sums (16 outputs would be one chain of
+// dependent multiply-adds), in AVX-512 registers where the CPU has it (plain loops elsewhere).
 constexpr int64_t Q8_ROWS = 64;
 
 #if defined(__AVX512F__)
