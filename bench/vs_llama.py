@@ -1,6 +1,6 @@
 """radixchat next to llama.cpp on the same CPU, the same GGUF and the same prompts (issue 11).
 
-Run: ``python -m bench.vs_llama [--model smollm2|gemma3-270m|FILE.gguf] [--threads 2] [--repeats 3] [--json PATH]`` (needs ``pip install -e .[bench]``,
+Run: ``python -m bench.vs_llama [--model smollm2|gemma3-270m|1b|FILE.gguf] [--big] [--threads 2] [--repeats 3] [--rounds 1] [--json PATH]`` (needs ``pip install -e .[bench]``,
 which brings llama-cpp-python; .ci/run's cached build of it works too).
 
 Each engine runs in its own process, one after the other, so that only one of them is on the CPU at a time:
@@ -19,6 +19,9 @@ Workloads, greedy, the same token ids for every engine (the chat format radixcha
   cache (llama-cpp-python reuses the longest common prefix of its last prompt); TTFT of turns 2-6;
 - *cold prefill*: a ~1k-token prompt no engine has seen, TTFT (1 token).
 Every figure is the median over ``repeats``; ratios are against llama.cpp measured in the same run.
+``--rounds N`` runs the engines N times in turn (the order flipping each round) and prints each round, then each
+round's decode ratio and their median: on a shared host the speed of memory drifts by the hour, and one round's
+ratio compares engines measured minutes apart.
 
 ``--history`` runs the long-conversation sweep instead (issue 32): a chat of facts grown to about 0.5k, 2k, 4k
 and 7.5k tokens, then a question; per length, the cold-prefill TTFT of the whole history, the decode speed
@@ -379,6 +382,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a model brought by a user (issue 35): llama.cpp, radixchat compiled and eager, no float32 runs",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the engines this many times in turn, the order flipping each round (the host's speed drifts "
+        "by the hour: each round's ratios come from engines measured minutes apart), and print each round",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--child", choices=CHILDREN, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -392,6 +402,29 @@ def main(argv: list[str] | None = None) -> int:
         names: tuple[str, ...] = ("llama-history", "llama-fa-history", "auto-history")
     else:
         names = ("llama", "auto", "eager") if args.big else ("llama", "auto", "float32", "deterministic")
+    rounds = []
+    for i in range(args.rounds):
+        results = _run_children(names[::-1] if i % 2 else names, args, env)
+        if results is None:
+            return 1
+        if args.rounds > 1:
+            print(f"\n## round {i + 1} of {args.rounds} ({', '.join(results)} in that order)\n")
+        (report_history if args.history else report_big if args.big else report)(results, args)
+        rounds.append(results)
+    if args.rounds > 1 and not args.history:
+        _report_rounds(rounds, eager=args.big)
+    model = "" if args.model == "smollm2" else "_" + Path(args.model).stem
+    args.json = args.json or Path(f"bench/results/vs_llama{model}{'_history' if args.history else ''}.json")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    data = {"cpu": cpu_line(), "threads": args.threads, "results": rounds[0]}
+    if args.rounds > 1:
+        data["rounds"] = rounds
+    args.json.write_text(json.dumps(data, indent=2))
+    return 0
+
+
+def _run_children(names: tuple[str, ...], args: argparse.Namespace, env: dict) -> dict | None:
+    """Each engine's measurements, one child process each, in the order of ``names`` (None: one failed)."""
     results = {}
     for name in names:
         cmd = [
@@ -412,16 +445,33 @@ def main(argv: list[str] | None = None) -> int:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{name}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
-            return 1
+            return None
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
-    (report_history if args.history else report_big if args.big else report)(results, args)
-    model = "" if args.model == "smollm2" else "_" + Path(args.model).stem
-    args.json = args.json or Path(f"bench/results/vs_llama{model}{'_history' if args.history else ''}.json")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps({"cpu": cpu_line(), "threads": args.threads, "results": results}, indent=2)
+    return results
+
+
+def _report_rounds(rounds: list[dict], eager: bool) -> None:
+    """Each round's decode speeds and ratio, and the median ratio over the rounds."""
+    print(f"\n## decode over {len(rounds)} rounds\n")
+    print(
+        "| round | llama.cpp (tok/s) | radixchat (tok/s) | ratio |"
+        + (" eager (tok/s) | eager ratio |" if eager else "")
     )
-    return 0
+    print("|---|---|---|---|" + ("---|---|" if eager else ""))
+    ratios, eager_ratios = [], []
+    for i, r in enumerate(rounds, 1):
+        base, ours = r["llama"]["decode_tps"], r["auto"]["decode_tps"]
+        ratios.append(ours / base)
+        row = f"| {i} | {base:.1f} | {ours:.1f} | {ours / base:.2f}× |"
+        if eager:
+            e = r["eager"]["decode_tps"]
+            eager_ratios.append(e / base)
+            row += f" {e:.1f} | {e / base:.2f}× |"
+        print(row)
+    line = f"\nmedian decode ratio **{statistics.median(ratios):.2f}×** (range {min(ratios):.2f}–{max(ratios):.2f}×)"
+    if eager:
+        line += f"; eager **{statistics.median(eager_ratios):.2f}×** ({min(eager_ratios):.2f}–{max(eager_ratios):.2f}×)"
+    print(line)
 
 
 def report_history(results: dict, args: argparse.Namespace) -> None:
