@@ -10,11 +10,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 PROBE_FILE = "weights-probe.json"
 PROBE_VERSION = 3
@@ -92,19 +95,33 @@ def read_probes(cache_dir: Path) -> dict[str, Any]:
     return entry if isinstance(entry, dict) else {}
 
 
-def trusted_timings(cache_dir: Path | None, signature: str, load: float) -> Any:
+def trusted_timings(cache_dir: Path | None, signature: str, load: float, hold: bool = False) -> Any:
     """The timings cached under ``signature``, or None where there are none, or where they were measured on a busy
     machine and this one is quiet now (``load``: its load per CPU): such a probe is used only until a start finds
-    the machine quiet, which measures again."""
+    the machine quiet, which measures again. ``hold``: any cached probe is used (a deterministic start: its reply
+    may not depend on whether a probe was taken again since the last one)."""
     cached = read_probes(cache_dir).get(signature) if cache_dir is not None else None
     if not isinstance(cached, dict) or not isinstance(cached.get("timings"), dict):
         return None
-    return None if cached.get("load", 0.0) >= BUSY_LOAD > load else cached["timings"]
+    if not hold and cached.get("load", 0.0) >= BUSY_LOAD > load:
+        log.info(
+            "the %s probe was measured on a busy machine (load %.2f per CPU); measuring again",
+            signature.split(" ")[0],
+            cached["load"],
+        )
+        return None
+    return cached["timings"]
+
+
+def cached_choice(cache_dir: Path | None, signature: str) -> Any:
+    """What ``auto`` took from the probe cached under ``signature`` (None if nothing is cached)."""
+    cached = read_probes(cache_dir).get(signature) if cache_dir is not None else None
+    return cached.get("auto") if isinstance(cached, dict) else None
 
 
 def write_probe(cache_dir: Path, signature: str, result: dict[str, Any]) -> None:
     """Add one result under this machine's key (atomically; other machines' entries are kept)."""
-    path = cache_dir / PROBE_FILE
+    path = Path(os.path.realpath(cache_dir / PROBE_FILE))  # through a link: the file it names is updated
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -126,6 +126,7 @@ class EngineCore:
             lm.device,
             (lm.model.config.num_attention_heads, lm.num_kv_heads, lm.head_dim),
             cfg.cache_dir,
+            hold=cfg.deterministic,
         )
         shape = KVShape(lm.num_layers, lm.num_kv_heads, lm.head_dim, kv_dtype)
         self.pool = KVPool(shape, pool_capacity(lm, cfg, shape), lm.device)

@@ -5,7 +5,9 @@ pool's bytes, not the weights, decide its speed. A half-precision pool halves th
 weights) is the exact path the equality tests use; ``auto`` measures decode attention over a long context in
 each dtype on this machine, once (cached beside the weights probe), and takes the fastest — a narrower dtype
 only when it wins by a clear margin, and float16 (10 mantissa bits) over bfloat16 (7) unless bfloat16 wins
-clearly. Both keep the real model's predictions (``tests/engine/test_kv_dtype.py``: the quality guard).
+clearly. A probe measured again (the first was taken on a busy machine) changes the choice only where the new
+one wins by that margin too, and a deterministic start never measures again: the pool's dtype is part of its
+reply. Both keep the real model's predictions (``tests/engine/test_kv_dtype.py``: the quality guard).
 On CUDA ``auto`` is the model's dtype.
 """
 
@@ -19,7 +21,7 @@ from pathlib import Path
 import torch
 
 from radixchat.errors import ConfigError
-from radixchat.machine import cpu_load, trusted_timings, write_probe
+from radixchat.machine import cached_choice, cpu_load, trusted_timings, write_probe
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,10 @@ def resolve_kv_dtype(
     shape: tuple[int, int, int],
     cache_dir: Path | None,
     progress: Callable[[str], None] | None = None,
+    hold: bool = False,
 ) -> torch.dtype:
-    """The pool dtype for ``setting`` (None: the model's dtype). ``shape``: (query heads, kv heads, head_dim)."""
+    """The pool dtype for ``setting`` (None: the model's dtype). ``shape``: (query heads, kv heads, head_dim).
+    ``hold``: a cached probe is used however busy the machine was when it was taken (``trusted_timings``)."""
     if setting is None:
         return model_dtype
     check_kv_dtype(setting)
@@ -54,16 +58,18 @@ def resolve_kv_dtype(
         return getattr(torch, setting)
     if device.type != "cpu" or model_dtype != torch.float32:
         return model_dtype
-    timings = _load_or_probe(shape, cache_dir, progress)
-    return getattr(torch, choose(timings))
+    return getattr(torch, _load_or_probe(shape, cache_dir, progress, hold))
 
 
-def choose(timings: dict[str, float]) -> str:
-    """The dtype ``auto`` takes from the probe's timings (seconds per round, by dtype name)."""
+def choose(timings: dict[str, float], held: str | None = None) -> str:
+    """The dtype ``auto`` takes from the probe's timings (seconds per round, by dtype name); ``held``: the one an
+    earlier probe took, which stands unless the new winner is faster than it by the margin."""
     best = "float32"
     for name in PROBED[1:]:
         if name in timings and timings[name] < timings[best] * (1 - MARGIN):
             best = name
+    if held in timings and best != held and timings[best] >= timings[held] * (1 - MARGIN):
+        return held
     return best
 
 
@@ -73,24 +79,28 @@ def _signature(shape: tuple[int, int, int]) -> str:
 
 
 def _load_or_probe(
-    shape: tuple[int, int, int], cache_dir: Path | None, progress: Callable[[str], None] | None
-) -> dict[str, float]:
+    shape: tuple[int, int, int],
+    cache_dir: Path | None,
+    progress: Callable[[str], None] | None,
+    hold: bool,
+) -> str:
     signature = _signature(shape)
     load = cpu_load()
-    cached = trusted_timings(cache_dir, signature, load)
+    held = cached_choice(cache_dir, signature)
+    held = held if held in PROBED else None
+    cached = trusted_timings(cache_dir, signature, load, hold)
     if cached is not None:
-        return cached
+        return held or choose(cached)
     if progress:
         progress("measuring the KV pool's dtypes on this CPU (once)")
     timings = probe(shape)
+    chosen = choose(timings, held)
     if cache_dir is not None:
         try:
-            write_probe(
-                cache_dir, signature, {"timings": timings, "auto": choose(timings), "load": round(load, 2)}
-            )
+            write_probe(cache_dir, signature, {"timings": timings, "auto": chosen, "load": round(load, 2)})
         except OSError as exc:
             log.warning("cannot cache the KV dtype probe in %s: %s", cache_dir, exc)
-    return timings
+    return chosen
 
 
 def probe(shape: tuple[int, int, int]) -> dict[str, float]:

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixchat.errors import ConfigError
-from radixchat.machine import BUSY_LOAD, cpu_load, read_probes, write_probe
+from radixchat.machine import cpu_load, trusted_timings, write_probe
 
 log = logging.getLogger(__name__)
 
@@ -694,12 +694,14 @@ def load_or_probe(
     device: torch.device,
     progress=None,  # noqa: ANN001
     formats: Iterable[str] | None = None,
+    hold: bool = False,
 ) -> dict:
     """The probe's timings for this machine and these model shapes: measured once, then cached.
 
     A probe taken while the machine was busy (other work on every core: its kernels' times are the
     scheduler's, and ``auto`` once picked a much slower format that way) is used only until a
-    start finds the machine quiet: that start measures again and replaces it."""
+    start finds the machine quiet: that start measures again and replaces it. ``hold`` (a deterministic
+    start, whose plan decides its reply's bits): any cached probe is used."""
     groups = _groups(model)
     packed = any(lin.weight is None for items in groups.values() for _, _, lin in items)
     kernels = PACKED_KERNELS if packed else KERNELS
@@ -718,15 +720,10 @@ def load_or_probe(
         + ",".join(kernels)
         + "]"
     )
-    cached = read_probes(cache_dir).get(signature)
     load = cpu_load()
-    if isinstance(cached, dict) and isinstance(cached.get("timings"), dict):
-        if not (cached.get("load", 0.0) >= BUSY_LOAD > load):
-            return cached["timings"]
-        log.info(
-            "the weights probe was measured on a busy machine (load %.2f per CPU); measuring again",
-            cached["load"],
-        )
+    cached = trusted_timings(cache_dir, signature, load, hold)
+    if cached is not None:
+        return cached
     if packed:
         timings = run_probe(model, kernels, progress, HEAD_FORMATS[PACKED])
     else:
@@ -768,7 +765,7 @@ def apply_weights(
     # auto takes int4 only for layers already on its grid (a Q4_1 file's): it never requantizes
     grid = fmt != "auto" or on_int4_grid(groups.get("layers", []))
     formats = [f for f in runnable_formats(device) if grid or f != "int4"]
-    timings = load_or_probe(model, cache_dir, device, progress, formats)
+    timings = load_or_probe(model, cache_dir, device, progress, formats, hold=deterministic)
     if deterministic:
         invariant = {g: _invariant_kernels(layers) for g, layers in groups.items()}
         plan = uniform_plan(fmt, timings, device, invariant, formats)

@@ -33,6 +33,10 @@ def test_auto_takes_a_narrower_dtype_only_when_it_clearly_wins():
     assert KD.choose({"float32": 1.0, "float16": 0.6, "bfloat16": 0.58}) == "float16"  # a tie: more mantissa
     assert KD.choose({"float32": 1.0, "float16": 0.9, "bfloat16": 0.5}) == "bfloat16"  # clearly faster
     assert KD.choose({"float32": 1.0}) == "float32"
+    # a probe taken again keeps the earlier choice unless the new winner beats it by the margin
+    assert KD.choose({"float32": 1.0, "float16": 0.95, "bfloat16": 0.93}, held="float16") == "float16"
+    assert KD.choose({"float32": 0.8, "float16": 1.0, "bfloat16": 1.0}, held="float16") == "float32"
+    assert KD.choose({"float32": 1.0, "float16": 0.6, "bfloat16": 0.58}, held="bfloat16") == "bfloat16"
 
 
 def test_the_choice_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
@@ -72,6 +76,37 @@ def test_a_probe_taken_on_a_busy_machine_is_taken_again_once_it_is_quiet(tmp_pat
     KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path)  # quiet now: measured again
     KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path)  # and that quiet probe is kept
     assert len(calls) == 2
+
+
+def test_a_deterministic_start_holds_a_busy_probe_and_a_new_probe_must_clearly_win(tmp_path, monkeypatch):
+    """A deterministic reply may not change because a probe was taken again between two processes; and a probe
+    taken again replaces the pool's dtype only where the new one is clearly faster than the one held."""
+    shape = (4, 2, 64)
+    measured = iter(
+        [
+            {"float32": 1.0, "float16": 0.8, "bfloat16": 0.9},  # busy: float16
+            {
+                "float32": 1.0,
+                "float16": 0.95,
+                "bfloat16": 0.97,
+            },  # quiet: float32 by the rule, within the margin
+            {"float32": 1.0, "float16": 1.2, "bfloat16": 1.2},  # float32 clearly faster than the held float16
+        ]
+    )
+    monkeypatch.setattr(KD, "probe", lambda s: next(measured))
+    monkeypatch.setattr(KD, "cpu_load", lambda: 1.5)
+    assert KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path) == torch.float16
+    monkeypatch.setattr(KD, "cpu_load", lambda: 0.1)
+    assert KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path, hold=True) == torch.float16
+    assert KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path) == torch.float16  # measured: held
+    assert KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path) == torch.float16  # quiet: cached
+    monkeypatch.setattr(KD, "cpu_load", lambda: 1.5)
+    KD.write_probe(
+        tmp_path, KD._signature(shape), {"timings": {"float32": 1.0}, "auto": "float16", "load": 1.5}
+    )
+    monkeypatch.setattr(KD, "cpu_load", lambda: 0.1)
+    assert KD.resolve_kv_dtype("auto", torch.float32, CPU, shape, tmp_path) == torch.float32
+    assert next(measured, None) is None
 
 
 def _teacher_forced(lm, ids: list[int], kv_dtype: torch.dtype, chunk: int = 512, decoded: int = 64):

@@ -278,6 +278,15 @@ def test_a_probe_taken_on_a_busy_machine_is_taken_again_once_it_is_quiet(
     assert (path.stat().st_mtime_ns != mtime) is probed_again
     ((result,),) = (v.values() for v in json.loads(path.read_text()).values())
     assert result["load"] == (now if probed_again else then)
+    if probed_again:  # a deterministic start holds even a busy probe: its plan decides its reply's bits
+        monkeypatch.setattr(W, "cpu_load", lambda: then)
+        W.apply_weights(build_pair(tiny_config("llama"))[0], "auto", CPU, tmp_path / "held")
+        monkeypatch.setattr(W, "cpu_load", lambda: now)
+        mtime = (tmp_path / "held" / "weights-probe.json").stat().st_mtime_ns
+        W.apply_weights(
+            build_pair(tiny_config("llama"))[0], "auto", CPU, tmp_path / "held", deterministic=True
+        )
+        assert (tmp_path / "held" / "weights-probe.json").stat().st_mtime_ns == mtime
 
 
 @pytest.mark.parametrize("fmt", RUNNABLE)
