@@ -3,11 +3,11 @@
 //
 // One query per sequence (a decode step). The pool is [slots, kv_heads, head_dim] in float32, bfloat16 or
 // float16; the query and the output are float32, and so is every sum. The keys of a sequence are cut into
-// chunks of CHUNK positions aligned to absolute positions, and each (sequence, kv head, chunk) is one work
-// item (split-K, as flash-decoding does, so one long sequence uses every thread); the chunks of a head are
-// then combined in position order. Nothing in a row's arithmetic depends on the other rows of the batch,
-// on how many threads run, or on which thread takes an item: a row's output is a function of its query and
-// its keys alone (batch invariance).
+// chunks of CHUNK positions aligned to absolute positions, and each chunk of a sequence (split-K, as
+// flash-decoding does, so one long sequence uses every thread), or a band of its kv heads when there are few
+// chunks for the threads, is one work item; the chunks of a head are then combined in position order. Nothing
+// in a row's arithmetic depends on the other rows of the batch, on how many threads run, or on which thread
+// takes an item: a row's output is a function of its query and its keys alone (batch invariance).
 //
 // Built once per machine with -march=native by radixchat/engine/kernels/__init__.py; GCC vector extensions
 // keep it one source for AVX-512, AVX2 and NEON.
@@ -33,7 +33,7 @@ namespace radixchat {
 namespace {
 
 constexpr int64_t CHUNK = 256;  // keys per work item
-constexpr int64_t PARALLEL_MIN_KEYS = 4096;  // below this many (key, kv head) pairs, one thread
+constexpr int64_t PARALLEL_MIN_KEYS = 512;  // below this many (key, kv head) pairs, one thread
 
 typedef float vf __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
@@ -51,12 +51,19 @@ inline vf load16(const float* p) {
   return v;
 }
 inline vf load16(const at::BFloat16* p) {
+#if defined(__AVX512F__)  // one widening load (generic code splits it in halves where GCC prefers 256 bits)
+  __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
+  vf f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#else
   vh h;
   std::memcpy(&h, p, sizeof h);
   vu u = __builtin_convertvector(h, vu) << 16;
   vf f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 inline vf load16(const at::Half* p) {
 #if defined(__AVX512F__)
@@ -121,37 +128,99 @@ struct Shape {
   int64_t window;  // 0: every key
 };
 
-constexpr int64_t PREFETCH = 8;  // keys ahead: slots need not be contiguous
+constexpr int64_t PREFETCH = 32;  // keys ahead: slots need not be contiguous
+constexpr int64_t BLOCK = 16;  // keys whose scores one vector holds
 
+// Into L2 (prefetcht1). Into L1 without a cache level (prefetchnta), a block's rows evicted each other before
+// their use once they outgrew L1 (32 kv heads: half the speed).
 inline void prefetch(const void* p, int64_t bytes) {
-  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b, 0, 0);
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b, 0, 2);
 }
 
-// One work item: every head of sequence n over keys [j0, j1). Writes, per query head, the chunk's max
-// score, its sum of exp, and its exp-weighted sum of values (head_dim floats). ``scores`` is scratch of
-// hq * CHUNK floats.
+// Sixteen vectors to one: lane j is the sum of x[j]'s lanes, in hsum's tree (lanes l and l+8, then l and l+4,
+// then (0+2)+(1+3)), so a score is the same float as one hsum gives. Two shuffles and an add per pair of
+// vectors, 15 pairs for 16 dot products, where each hsum is a chain of its own.
+inline vf reduce16(const vf* x) {
+  vf y[8], z[4], w[2];
+  for (int i = 0; i < 8; ++i)
+    y[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(x[2 * i], x[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30,
+                                   31);
+  for (int i = 0; i < 4; ++i)
+    z[i] = __builtin_shufflevector(y[2 * i], y[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(y[2 * i], y[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int i = 0; i < 2; ++i)
+    w[i] = __builtin_shufflevector(z[2 * i], z[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(z[2 * i], z[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(w[0], w[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(w[0], w[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+// Value sums of heads r .. r + HB over one block's keys: acc[h][i] += p[h][j] * v[j][i], key after key (the
+// sum's order is the keys'), the HB * NV sums held in registers across the block.
+template <int NV, int HB>
+inline void pv_heads(const float* p, const vf* vb, int64_t nb, vf* acc) {
+  vf a[HB][NV];
+  for (int h = 0; h < HB; ++h)
+    for (int i = 0; i < NV; ++i) a[h][i] = acc[h * NV + i];
+  for (int64_t j = 0; j < nb; ++j)
+    for (int h = 0; h < HB; ++h) {
+      const vf w = splat(p[h * CHUNK + j]);
+      for (int i = 0; i < NV; ++i) a[h][i] += w * vb[j * NV + i];
+    }
+  for (int h = 0; h < HB; ++h)
+    for (int i = 0; i < NV; ++i) acc[h * NV + i] = a[h][i];
+}
+
+// Floats of scratch one work item of `heads` query heads needs: their scores, a block of keys in float32, their
+// value sums.
+template <int NV>
+int64_t scratch_floats(int64_t heads) {
+  return heads * CHUNK + BLOCK * NV * 16 + heads * NV * 16;
+}
+
+// One work item: the query heads of kv heads [g0, g1) of one sequence, over keys [j0, j1). Writes, per query
+// head, the chunk's max score, its sum of exp and its exp-weighted sum of values (head_dim floats), at
+// ``part`` + h * (D + 2) (h counted from g0's first head). A block of 16 keys at a time, kv head after kv head
+// (so a block reads its rows' slices in address order): the keys are converted to float32 once, each query
+// head's 16 dot products are summed into one vector of scores (reduce16), and its value sums stay in
+// registers across the block (pv_heads).
 template <typename T, int NV>
-void chunk(const Shape& s, const float* q, const T* kp, const T* vp, const int64_t* srow, int64_t j0, int64_t j1,
-           float* part, float* scores) {
+void chunk(const Shape& s, const float* q, const T* kp, const T* vp, const int64_t* srow, int64_t g0, int64_t g1,
+           int64_t j0, int64_t j1, float* part, float* scratch) {
   constexpr int64_t D = NV * 16;
-  const int64_t R = s.group, H = s.hq, len = j1 - j0;
-  const int64_t row_bytes = s.slot_elems * static_cast<int64_t>(sizeof(T));
-  for (int64_t j = 0; j < len; ++j) {
-    if (j + PREFETCH < len) prefetch(kp + srow[j0 + j + PREFETCH] * s.slot_elems, row_bytes);
-    const T* krow = kp + srow[j0 + j] * s.slot_elems;
-    for (int64_t g = 0; g < s.hkv; ++g) {
-      vf kv[NV];
-      for (int i = 0; i < NV; ++i) kv[i] = load16(krow + g * D + i * 16);
+  constexpr int HB = NV >= 16 ? 1 : NV >= 8 ? 2 : 4;  // heads whose value sums fit in registers together
+  const int64_t R = s.group, len = j1 - j0, heads = (g1 - g0) * R;
+  const int64_t span_bytes = (g1 - g0) * D * static_cast<int64_t>(sizeof(T));
+  float* scores = scratch;  // [heads][CHUNK]
+  vf* kf = reinterpret_cast<vf*>(scratch + heads * CHUNK);  // [BLOCK][NV]: one kv head's keys, then values
+  vf* acc = kf + BLOCK * NV;  // [heads][NV]
+  for (int64_t jb = 0; jb < len; jb += BLOCK) {
+    const int64_t nb = std::min(BLOCK, len - jb);
+    for (int64_t j = 0; j < nb && jb + j + PREFETCH < len; ++j)
+      prefetch(kp + srow[j0 + jb + j + PREFETCH] * s.slot_elems + g0 * D, span_bytes);
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t j = 0; j < nb; ++j) {
+        const T* krow = kp + srow[j0 + jb + j] * s.slot_elems + g * D;
+        for (int i = 0; i < NV; ++i) kf[j * NV + i] = load16(krow + i * 16);
+      }
+      for (int64_t j = nb; j < BLOCK; ++j)
+        for (int i = 0; i < NV; ++i) kf[j * NV + i] = splat(0.0f);  // scores of no key, masked below
       for (int64_t r = 0; r < R; ++r) {
         const float* qr = q + (g * R + r) * D;
-        vf acc = load16(qr) * kv[0];
-        for (int i = 1; i < NV; ++i) acc += load16(qr + i * 16) * kv[i];
-        scores[(g * R + r) * CHUNK + j] = hsum(acc) * s.scale;
+        vf dots[BLOCK];
+        for (int64_t j = 0; j < BLOCK; ++j) {
+          vf x = load16(qr) * kf[j * NV];
+          for (int i = 1; i < NV; ++i) x += load16(qr + i * 16) * kf[j * NV + i];
+          dots[j] = x;
+        }
+        const vf sc = reduce16(dots) * splat(s.scale);
+        std::memcpy(scores + ((g - g0) * R + r) * CHUNK + jb, &sc, sizeof sc);
       }
     }
   }
   const int64_t padded = (len + 15) / 16 * 16;
-  for (int64_t h = 0; h < H; ++h) {
+  for (int64_t h = 0; h < heads; ++h) {
     float* sr = scores + h * CHUNK;
     for (int64_t j = len; j < padded; ++j) sr[j] = -INFINITY;
     vf mv = splat(-INFINITY);
@@ -173,22 +242,25 @@ void chunk(const Shape& s, const float* q, const T* kp, const T* vp, const int64
     out[0] = m;
     out[1] = hsum(lv);
   }
-  vf* acc = reinterpret_cast<vf*>(scores + H * CHUNK);  // [H][NV]
-  for (int64_t i = 0; i < H * NV; ++i) acc[i] = splat(0.0f);
-  for (int64_t j = 0; j < len; ++j) {
-    if (j + PREFETCH < len) prefetch(vp + srow[j0 + j + PREFETCH] * s.slot_elems, row_bytes);
-    const T* vrow = vp + srow[j0 + j] * s.slot_elems;
-    for (int64_t g = 0; g < s.hkv; ++g) {
-      vf vv[NV];
-      for (int i = 0; i < NV; ++i) vv[i] = load16(vrow + g * D + i * 16);
-      for (int64_t r = 0; r < R; ++r) {
-        const int64_t h = g * R + r;
-        const vf p = splat(scores[h * CHUNK + j]);
-        for (int i = 0; i < NV; ++i) acc[h * NV + i] += p * vv[i];
+  for (int64_t i = 0; i < heads * NV; ++i) acc[i] = splat(0.0f);
+  for (int64_t jb = 0; jb < len; jb += BLOCK) {
+    const int64_t nb = std::min(BLOCK, len - jb);
+    for (int64_t j = 0; j < nb && jb + j + PREFETCH < len; ++j)
+      prefetch(vp + srow[j0 + jb + j + PREFETCH] * s.slot_elems + g0 * D, span_bytes);
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t j = 0; j < nb; ++j) {
+        const T* vrow = vp + srow[j0 + jb + j] * s.slot_elems + g * D;
+        for (int i = 0; i < NV; ++i) kf[j * NV + i] = load16(vrow + i * 16);
       }
+      const int64_t h0 = (g - g0) * R;
+      int64_t r = 0;
+      for (; r + HB <= R; r += HB) pv_heads<NV, HB>(scores + (h0 + r) * CHUNK + jb, kf, nb, acc + (h0 + r) * NV);
+      if constexpr (HB >= 4)
+        for (; r + 2 <= R; r += 2) pv_heads<NV, 2>(scores + (h0 + r) * CHUNK + jb, kf, nb, acc + (h0 + r) * NV);
+      for (; r < R; ++r) pv_heads<NV, 1>(scores + (h0 + r) * CHUNK + jb, kf, nb, acc + (h0 + r) * NV);
     }
   }
-  for (int64_t h = 0; h < H; ++h) std::memcpy(part + h * (D + 2) + 2, acc + h * NV, sizeof(vf) * NV);
+  for (int64_t h = 0; h < heads; ++h) std::memcpy(part + h * (D + 2) + 2, acc + h * NV, sizeof(vf) * NV);
 }
 
 template <typename T, int NV>
@@ -196,7 +268,10 @@ void run(const Shape& s, const float* q, const T* kp, const T* vp, const int64_t
          float* out) {
   constexpr int64_t D = NV * 16;
   const int64_t H = s.hq, part_len = H * (D + 2);
-  // Items in order: sequence, then chunk.
+  // Chunks in order: sequence, then chunk. A work item is one chunk's kv heads [g0, g1) of one band; when there
+  // are few chunks for the threads, each chunk's kv heads are cut into bands, and items run sequence, band,
+  // chunk, so that a thread's share of one sequence is whole bands over all its chunks (balanced however its
+  // last chunk is cut). Bands change no arithmetic: every head's is its own.
   std::vector<int64_t> first(s.n + 1, 0), lo(s.n), c0(s.n);
   int64_t keys = 0;
   for (int64_t n = 0; n < s.n; ++n) {
@@ -206,18 +281,23 @@ void run(const Shape& s, const float* q, const T* kp, const T* vp, const int64_t
     first[n + 1] = first[n] + (L + CHUNK - 1) / CHUNK - c0[n];
     keys += L - lo[n];
   }
-  const int64_t items = first[s.n];
-  std::vector<float> partial(items * part_len);
   const int threads = keys * s.hkv >= PARALLEL_MIN_KEYS ? at::get_num_threads() : 1;
+  const int64_t bands = first[s.n] >= 4 * threads ? 1 : std::min<int64_t>(s.hkv, threads);
+  const int64_t items = first[s.n] * bands;
+  std::vector<float> partial(first[s.n] * part_len);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    std::vector<vf> scratch(H * CHUNK / 16 + H * NV);  // scores, then value sums (64-byte aligned)
+    const int64_t widest = (s.hkv + bands - 1) / bands * s.group;
+    std::vector<vf> scratch(scratch_floats<NV>(widest) / 16);  // 64-byte aligned
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
-      const int64_t n = std::upper_bound(first.begin(), first.end(), it) - first.begin() - 1;
-      const int64_t c = c0[n] + it - first[n];
-      const int64_t j0 = std::max(c * CHUNK, lo[n]), j1 = std::min((c + 1) * CHUNK, lens[n]);
-      chunk<T, NV>(s, q + n * H * D, kp, vp, slots + n * s.slots_stride, j0, j1, partial.data() + it * part_len,
+      const int64_t n = std::upper_bound(first.begin(), first.end(), it / bands) - first.begin() - 1;
+      const int64_t chunks = first[n + 1] - first[n], local = it - first[n] * bands;
+      const int64_t band = local / chunks, c = local % chunks, cabs = c0[n] + c;
+      const int64_t g0 = s.hkv * band / bands, g1 = s.hkv * (band + 1) / bands;
+      const int64_t j0 = std::max(cabs * CHUNK, lo[n]), j1 = std::min((cabs + 1) * CHUNK, lens[n]);
+      chunk<T, NV>(s, q + n * H * D, kp, vp, slots + n * s.slots_stride, g0, g1, j0, j1,
+                   partial.data() + (first[n] + c) * part_len + g0 * s.group * (D + 2),
                    reinterpret_cast<float*>(scratch.data()));
     }
 #pragma omp for schedule(static)
