@@ -7,6 +7,7 @@ the loader) are imported from their own modules by the tests and benchmarks that
 are the KV store's result types (``radixchat.engine.kvstore``) that ``Engine.save_kv``/``load_kv`` return.
 """
 
+import radixchat.engine._mkl  # noqa: F401  (first: initialises MKL's vector math on one thread)
 from radixchat.engine.core import EngineConfig
 from radixchat.engine.engine import Completion, Engine, RequestHandle
 from radixchat.engine.loader import ModelConfig
