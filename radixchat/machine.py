@@ -100,8 +100,8 @@ def trusted_timings(cache_dir: Path | None, signature: str, load: float, hold: b
     machine and this one is quiet now (``load``: its load per CPU): such a probe is used only until a start finds
     the machine quiet, which measures again. ``hold``: any cached probe is used (a deterministic start: its reply
     may not depend on whether a probe was taken again since the last one)."""
-    cached = read_probes(cache_dir).get(signature) if cache_dir is not None else None
-    if not isinstance(cached, dict) or not isinstance(cached.get("timings"), dict):
+    cached = cached_probe(cache_dir, signature)
+    if cached is None or not isinstance(cached.get("timings"), dict):
         return None
     if not hold and cached.get("load", 0.0) >= BUSY_LOAD > load:
         log.info(
@@ -113,10 +113,10 @@ def trusted_timings(cache_dir: Path | None, signature: str, load: float, hold: b
     return cached["timings"]
 
 
-def cached_choice(cache_dir: Path | None, signature: str) -> Any:
-    """What ``auto`` took from the probe cached under ``signature`` (None if nothing is cached)."""
+def cached_probe(cache_dir: Path | None, signature: str) -> dict[str, Any] | None:
+    """The result cached under ``signature`` on this machine (its timings, what ``auto`` took, the load), or None."""
     cached = read_probes(cache_dir).get(signature) if cache_dir is not None else None
-    return cached.get("auto") if isinstance(cached, dict) else None
+    return cached if isinstance(cached, dict) else None
 
 
 def write_probe(cache_dir: Path, signature: str, result: dict[str, Any]) -> None:

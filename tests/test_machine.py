@@ -32,7 +32,10 @@ def test_a_busy_probe_is_measured_again_once_quiet_unless_the_start_holds_it(tmp
     assert machine.trusted_timings(tmp_path, "sig", 1.5) == {"a": 1.0}  # still busy: used
     assert machine.trusted_timings(tmp_path, "sig", 0.1) is None  # quiet now: measure again
     assert machine.trusted_timings(tmp_path, "sig", 0.1, hold=True) == {"a": 1.0}  # deterministic: kept
-    assert machine.cached_choice(tmp_path, "sig") == "a" and machine.cached_choice(tmp_path, "other") is None
+    assert (
+        machine.cached_probe(tmp_path, "sig")["auto"] == "a"
+        and machine.cached_probe(tmp_path, "other") is None
+    )
 
 
 def test_a_probe_file_reached_through_a_link_is_updated_where_it_lies(tmp_path):

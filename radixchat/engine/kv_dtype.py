@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from radixchat.errors import ConfigError
-from radixchat.machine import cached_choice, cpu_load, trusted_timings, write_probe
+from radixchat.machine import cached_probe, cpu_load, trusted_timings, write_probe
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _load_or_probe(
 ) -> str:
     signature = _signature(shape)
     load = cpu_load()
-    held = cached_choice(cache_dir, signature)
+    held = (cached_probe(cache_dir, signature) or {}).get("auto")
     held = held if held in PROBED else None
     cached = trusted_timings(cache_dir, signature, load, hold)
     if cached is not None:
