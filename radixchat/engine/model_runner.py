@@ -1,5 +1,6 @@
 """Runs one forward pass of an unmodified transformers model over a flattened mixed batch: the compiled decode
-step where one fits, else the lean forward of a known architecture (``lean``), else the model itself."""
+step where one fits, else the lean forward of a known architecture (``lean``: a pure-decode step in native code,
+any other in Python), else the model itself."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ class ModelRunner:
         self.device = pool.device
         self.decode_graphs = decode_graphs  # compiled pure-decode steps, once built
         self.lean = lean_forward(model)  # the same logits as the model's, without transformers' wrappers
+        # pure-decode steps without a compiled graph run the lean forward's native decode step (the same bits)
+        self.native_decode = True
 
     def build_metadata(self, batch: ScheduledBatch) -> tuple[AttentionBatch, torch.Tensor, torch.Tensor]:
         dev = self.device
@@ -110,7 +113,12 @@ class ModelRunner:
                 keep.append(offset - 1)
         input_ids = torch.tensor(batch.input_ids, dtype=torch.int64, device=self.device)[None]
         keep_t = torch.tensor(keep or [offset - 1], dtype=torch.int64, device=self.device)
-        if self.lean is not None:
+        native = None
+        if self.lean is not None and self.native_decode and len(keep) == batch.n_decode == len(batch.reqs):
+            native = self.lean.decode(input_ids, pos_t[None], meta)
+        if native is not None:
+            logits = native[0]
+        elif self.lean is not None:
             logits = self.lean(input_ids, pos_t[None], meta, keep_t)[0]
         else:
             logits = self.model(

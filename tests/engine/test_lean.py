@@ -69,3 +69,77 @@ def test_an_architecture_it_does_not_know_runs_through_transformers():
     )  # fmt: skip
     assert config.model_type not in ARCHS
     assert lean_forward(AutoModelForCausalLM.from_config(config)) is None
+
+
+def _counting_native(core: EngineCore) -> dict[str, int]:
+    """Counts the pure-decode steps the native decode step ran (``lean.decode`` returned logits) and declined."""
+    lean = core.runner.lean
+    decode = lean.decode
+    count = {"native": 0, "declined": 0}
+
+    def counted(*args):
+        logits = decode(*args)
+        count["native" if logits is not None else "declined"] += 1
+        return logits
+
+    lean.decode = counted
+    return count
+
+
+@pytest.mark.parametrize(
+    ("layers", "head", "kv_dtype"),
+    [
+        ("int8-dot8", "int8", "float16"),
+        ("int4-gemv", "float16", "bfloat16"),
+        ("int4-dot8", "int8", None),
+        ("float16", "float16", "float16"),
+        ("bfloat16", "float32", None),
+    ],
+)
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", "gemma3"])
+def test_the_native_decode_step_gives_the_lean_forwards_logits_bit_for_bit(
+    arch, layers, head, kv_dtype, tmp_path
+):
+    """Every decode step in native code (``kernels/decode_step.cpp``) against the lean forward in Python, with
+    the weights in each kernel it runs (a layer too narrow for a native kernel keeps float32), three streams of
+    different lengths, sliding windows outgrown and a cache hit."""
+    from radixchat.engine.kernels import decode_step_ready
+    from radixchat.engine.weights import WeightsPlan, install_plan
+
+    model, _ = build_pair(tiny_config(arch))
+    with torch.no_grad():  # norms as trained ones are, not all ones (or zeros: Gemma's 1 + w)
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(len(name))) * 0.2)
+    install_plan(model, WeightsPlan(layers, {"layers": ((1 << 62, layers),), "head": ((1 << 62, head),)}))
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (45, 9, 70)]
+    runs = {}
+    for native in (True, False):
+        lm = describe_model(model, None, f"tiny-{arch}", tmp_path)
+        core = EngineCore(lm, EngineConfig(kv_dtype=kv_dtype, chunked_prefill_size=16, cache_dir=tmp_path))
+        if not decode_step_ready():
+            pytest.skip("the native kernels could not be built here")
+        core.runner.native_decode = native
+        count = _counting_native(core)
+        runs[native] = _steps(core, prompts)
+        assert count["declined"] == 0 and (count["native"] > 10) == native
+    (native_logits, native_out), (lean_logits, lean_out) = runs[True], runs[False]
+    assert native_out == lean_out
+    assert len(native_logits) == len(lean_logits)
+    for a, b in zip(native_logits, lean_logits):
+        assert torch.equal(a, b)
+
+
+def test_the_native_decode_step_declines_what_it_does_not_compute(tmp_path):
+    """A kernel it does not run (torch's int4 matmul) or a pool read by gathering: the lean forward runs."""
+    from radixchat.engine.weights import WeightsPlan, install_plan
+
+    model, _ = build_pair(tiny_config("llama"))
+    install_plan(model, WeightsPlan("int4", {"layers": ((1 << 62, "int4"),)}))
+    lm = describe_model(model, None, "tiny-llama", tmp_path)
+    core = EngineCore(lm, EngineConfig(cache_dir=tmp_path))
+    count = _counting_native(core)
+    req = core.make_request(list(range(5, 30)), GREEDY)
+    core.run_until_done([req])
+    assert count["native"] == 0 and count["declined"] > 0 and len(req.output_ids) == GREEDY.max_tokens

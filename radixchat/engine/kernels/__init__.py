@@ -17,6 +17,9 @@ times activations rounded to 8 bits, for the int8 format's layers (the ``int8-do
 
 Where it cannot be built (no compiler, another platform) the engine keeps its portable path (gather, then
 SDPA) and says so in its stats; nothing else changes.
+
+``decode_step.cpp`` registers ``torch.ops.radixchat.decode_step``: a whole pure-decode forward of a known
+architecture (``lean.py`` builds its arguments), the lean forward's layer loop without its Python, bit for bit.
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# One library: the paged attention, and the products with quantized weights (``int4.cpp``).
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_attention.cpp", "int4.cpp"))
+# One library: the paged attention, the products with quantized weights (``int4.cpp``) and the native decode
+# step that calls both (``decode_step.cpp``).
+SOURCES = tuple(
+    Path(__file__).with_name(name) for name in ("paged_attention.cpp", "int4.cpp", "decode_step.cpp")
+)
 _lock = threading.Lock()
 _state: dict[str, str | None] = {}  # "paged_decode" -> None (loaded) or why not
 
@@ -175,6 +181,11 @@ def native_ready() -> bool:
     """Whether the products with quantized weights (``int4_gemv``, ``int4_dot8``, ``int4_dequant``, ``int8_gemv``)
     are loaded (by ``load_paged_attention``, which builds the one library of native kernels)."""
     return _state.get("paged_decode", "not loaded") is None and hasattr(torch.ops.radixchat, "int8_gemv")
+
+
+def decode_step_ready() -> bool:
+    """Whether the native decode step (``decode_step.cpp``) is loaded."""
+    return native_ready() and hasattr(torch.ops.radixchat, "decode_step")
 
 
 def paged_attention_ready() -> bool:
