@@ -194,10 +194,21 @@ class LeanForward:
         self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionBatch
     ) -> torch.Tensor | None:
         """The logits ``[1, B, vocab]`` of a pure-decode step (one token per stream, attention reading the pool in
-        place) in native code (``kernels/decode_step.cpp``), the same bits as ``__call__``; None where the native
-        step cannot run it (then ``__call__`` does)."""
+        place: as decode tokens, or as one-token extends in deterministic inference) in native code
+        (``kernels/decode_step.cpp``), the same bits as ``__call__``; None where the native step cannot run it
+        (then ``__call__`` does)."""
         streams = input_ids.shape[1]
-        if self.native is None or not meta.paged or meta.n_decode != streams or meta.extend_slots is not None:
+        if self.native is None or not meta.paged:
+            return None
+        if meta.n_decode == streams and meta.extend_slots is None:
+            assert meta.decode_slots is not None and meta.decode_lens is not None
+            slots, lens, q_starts, q_lens = meta.decode_slots, meta.decode_lens, _NONE, _NONE
+        elif meta.n_decode == 0 and meta.extend_slots is not None and len(meta.extend_slots) == streams:
+            # as many extends as tokens: each is one token
+            assert meta.extend_kv_lens is not None and meta.extend_q_starts is not None
+            slots, lens = meta.extend_slots, meta.extend_kv_lens
+            q_starts, q_lens = meta.extend_q_starts, meta.extend_q_lens
+        else:
             return None
         weights = self._native_weights.get(streams)
         if weights is None:
@@ -211,15 +222,16 @@ class LeanForward:
         else:
             tables = [self.rotary(h, positions)]
         rope = [part[0] for cos_sin in tables for part in cos_sin]
-        assert meta.decode_slots is not None and meta.decode_lens is not None
         logits = torch.ops.radixchat.decode_step(
             h[0], rope, layer_rope, weights[0], weights[1], meta.pool.k, meta.pool.v,
-            meta.out_slots, meta.decode_slots, meta.decode_lens, cfg, fcfg,
+            meta.out_slots, slots, lens, q_starts, q_lens, cfg, fcfg,
         )  # fmt: skip
         return logits[None]
 
 
 # -- the native decode step's arguments ------------------------------------------------------------------------
+
+_NONE = torch.empty(0, dtype=torch.int64)  # an argument the native step does not use
 
 #: weights.py's kernels the native step runs, as its ``Kind`` codes, and the buffers each multiplies.
 _NATIVE_KINDS = {

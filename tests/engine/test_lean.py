@@ -87,22 +87,25 @@ def _counting_native(core: EngineCore) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    ("layers", "head", "kv_dtype"),
+    ("layers", "head", "kv_dtype", "deterministic"),
     [
-        ("int8-dot8", "int8", "float16"),
-        ("int4-gemv", "float16", "bfloat16"),
-        ("int4-dot8", "int8", None),
-        ("float16", "float16", "float16"),
-        ("bfloat16", "float32", None),
+        ("int8-dot8", "int8", "float16", False),
+        ("int4-gemv", "float16", "bfloat16", False),
+        ("int4-dot8", "int8", None, False),
+        ("float16", "float16", "float16", False),
+        ("bfloat16", "float32", None, False),
+        ("int8-dot8", "int8", "float16", True),  # decode tokens attend as one-token extends
+        ("float32x8", "float32x8", None, True),
     ],
 )
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", "gemma3"])
 def test_the_native_decode_step_gives_the_lean_forwards_logits_bit_for_bit(
-    arch, layers, head, kv_dtype, tmp_path
+    arch, layers, head, kv_dtype, deterministic, tmp_path
 ):
     """Every decode step in native code (``kernels/decode_step.cpp``) against the lean forward in Python, with
     the weights in each kernel it runs (a layer too narrow for a native kernel keeps float32), three streams of
-    different lengths, sliding windows outgrown and a cache hit."""
+    different lengths, sliding windows outgrown and a cache hit; in deterministic inference too, where a
+    decoded token's attention is the prefill kernel's."""
     from radixchat.engine.kernels import decode_step_ready
     from radixchat.engine.weights import WeightsPlan, install_plan
 
@@ -117,7 +120,10 @@ def test_the_native_decode_step_gives_the_lean_forwards_logits_bit_for_bit(
     runs = {}
     for native in (True, False):
         lm = describe_model(model, None, f"tiny-{arch}", tmp_path)
-        core = EngineCore(lm, EngineConfig(kv_dtype=kv_dtype, chunked_prefill_size=16, cache_dir=tmp_path))
+        cfg = EngineConfig(
+            kv_dtype=kv_dtype, chunked_prefill_size=16, cache_dir=tmp_path, deterministic=deterministic
+        )
+        core = EngineCore(lm, cfg)
         if not decode_step_ready():
             pytest.skip("the native kernels could not be built here")
         core.runner.native_decode = native

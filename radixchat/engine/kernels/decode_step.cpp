@@ -5,7 +5,7 @@
 // and dispatcher. This runs the lean forward's layer loop here, for every stream of the step at once, and gives
 // the same bits as the lean forward (and so as the transformers model):
 // - the products, the attention and the reductions are the very ops the lean forward calls (the native products
-//   and paged_decode through the dispatcher, at::mean and the activations through ATen);
+//   and paged_decode or paged_extend through the dispatcher, at::mean and the activations through ATen);
 // - the elementwise arithmetic around them (RoPE's two products and sum, the norms' scaling, residual adds, the
 //   gate times up, the K/V rounding to the pool's dtype) is one IEEE operation per element as in torch's
 //   kernels, written here without fused multiply-adds (fp-contract off), so each result rounds as torch's does.
@@ -42,20 +42,23 @@ c10::TypedOperatorHandle<Product> product_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Product>();
 }
 
+using Decode = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                          const at::Tensor&, double, int64_t);
+using Extend = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                          const at::Tensor&, const at::Tensor&, const at::Tensor&, double, int64_t);
+
 struct Ops {
   c10::TypedOperatorHandle<Product> kernels[4];
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                      const at::Tensor&, double, int64_t)>
-      attention;
+  c10::TypedOperatorHandle<Decode> decode;
+  c10::TypedOperatorHandle<Extend> extend;
 };
 
 const Ops& ops() {
+  auto& d = c10::Dispatcher::singleton();
   static const Ops o{{product_op("radixchat::int4_gemv"), product_op("radixchat::int4_dot8"),
                       product_op("radixchat::int8_gemv"), product_op("radixchat::int8_dot8")},
-                     c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("radixchat::paged_decode", "")
-                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                           const at::Tensor&, double, int64_t)>()};
+                     d.findSchemaOrThrow("radixchat::paged_decode", "").typed<Decode>(),
+                     d.findSchemaOrThrow("radixchat::paged_extend", "").typed<Extend>()};
   return o;
 }
 
@@ -164,12 +167,15 @@ at::Tensor contiguous_f32(const at::Tensor& t) {
 
 // h: the embedded tokens [B, H]; rope: cos then sin [B, D] per rope table, layer_rope[l] the table of layer l;
 // w: the weights (above); kinds: each product's kernel (PRODUCTS per layer, then the head's); k, v: the pool's
-// per-layer tensors; out_slots [B], slots [B, L], lens [B]: attention's metadata (attention.AttentionBatch).
+// per-layer tensors; out_slots [B], slots [B, L], lens [B]: attention's metadata (attention.AttentionBatch);
+// q_starts and q_lens empty: attention is paged_decode's, else paged_extend's with each stream a one-token extend
+// (deterministic inference: a decoded token attends as a prefilled one does), lens then its key counts.
 // cfg: heads, kv heads, head_dim, act, qk_norm, then each layer's sliding window (0: none); fcfg: eps, the
 // attention's scaling, the final logit softcap (0: none). Returns the logits [B, vocab] float32.
 at::Tensor decode_step(const at::Tensor& h_in, at::TensorList rope_tables, at::IntArrayRef layer_rope, at::TensorList w,
                        at::IntArrayRef kinds, at::TensorList k_pool, at::TensorList v_pool, const at::Tensor& out_slots,
-                       const at::Tensor& slots, const at::Tensor& lens, at::IntArrayRef cfg, at::ArrayRef<double> fcfg) {
+                       const at::Tensor& slots, const at::Tensor& lens, const at::Tensor& q_starts,
+                       const at::Tensor& q_lens, at::IntArrayRef cfg, at::ArrayRef<double> fcfg) {
   const int64_t L = static_cast<int64_t>(layer_rope.size());
   TORCH_CHECK(cfg.size() == static_cast<size_t>(5 + L) && fcfg.size() == 3, "decode_step: config");
   TORCH_CHECK(static_cast<int64_t>(w.size()) == L * LAYER_TENSORS + 4, "decode_step: weights");
@@ -181,6 +187,8 @@ at::Tensor decode_step(const at::Tensor& h_in, at::TensorList rope_tables, at::I
   const int64_t heads = cfg[0], kv_heads = cfg[1], D = cfg[2], act = cfg[3], qk_norm = cfg[4];
   const double eps = fcfg[0], scaling = fcfg[1], softcap = fcfg[2];
   const int64_t B = h_in.size(0);
+  const bool extend = present(q_starts);
+  TORCH_CHECK(!extend || (q_starts.numel() == B && q_lens.numel() == B), "decode_step: one extend per stream");
   at::Tensor h = contiguous_f32(h_in).clone();
   for (int64_t l = 0; l < L; ++l) {
     const at::Tensor* t = w.data() + l * LAYER_TENSORS;
@@ -204,7 +212,8 @@ at::Tensor decode_step(const at::Tensor& h_in, at::TensorList rope_tables, at::I
     at::Tensor kp = k_pool[l], vp = v_pool[l];
     write_pool(k, kp, out_slots);
     write_pool(v, vp, out_slots);
-    const at::Tensor attn = ops().attention.call(q, kp, vp, slots, lens, scaling, cfg[5 + l]);
+    const at::Tensor attn = extend ? ops().extend.call(q, kp, vp, slots, q_starts, q_lens, lens, scaling, cfg[5 + l])
+                                   : ops().decode.call(q, kp, vp, slots, lens, scaling, cfg[5 + l]);
     at::Tensor o = contiguous_f32(mm(3, attn.view({B, heads * D})));
     if (sandwich) o = rms_norm(o, t[1], eps);
     add_into(h, o);
@@ -234,7 +243,7 @@ at::Tensor decode_step(const at::Tensor& h_in, at::TensorList rope_tables, at::I
 TORCH_LIBRARY_FRAGMENT(radixchat, m) {
   m.def(
       "decode_step(Tensor h, Tensor[] rope, int[] layer_rope, Tensor[] weights, int[] kinds, Tensor[] k, Tensor[] v, "
-      "Tensor out_slots, Tensor slots, Tensor lens, int[] cfg, float[] fcfg) -> Tensor");
+      "Tensor out_slots, Tensor slots, Tensor lens, Tensor q_starts, Tensor q_lens, int[] cfg, float[] fcfg) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(radixchat, CPU, m) { m.impl("decode_step", &radixchat::decode_step); }
