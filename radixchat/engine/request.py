@@ -117,6 +117,9 @@ class Request:
     # The grammar allowed only an ending because the budget ran low, while the model preferred to go on:
     # an EOS sampled then cuts the output short (finish_reason length, not stop). Set by the sampler.
     budget_cut: bool = False
+    # The repetition penalty's distinct ids so far (the sampler's, kept as the output grows): (prompt length,
+    # output length, their set, the same as a tensor).
+    penalty_ids: tuple[int, int, set[int], torch.Tensor] | None = None
 
     submitted_at: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None

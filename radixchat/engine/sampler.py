@@ -11,25 +11,73 @@ FAILED = -1  # the token "sampled" for a request whose sampling raised (its erro
 MIN_TEMPERATURE = 1e-4  # logits of ~±50 stay finite in float32 when divided by it
 
 
-def apply_repetition_penalty(row: torch.Tensor, ids: list[int], penalty: float) -> None:
-    """HF's rule on every prompt and output token: divide positive logits, multiply negative ones."""
-    idx = torch.tensor(sorted(set(ids)), dtype=torch.int64, device=row.device)
+def apply_repetition_penalty(row: torch.Tensor, idx: torch.Tensor, penalty: float) -> None:
+    """HF's rule on every prompt and output token (``idx``: their distinct ids): divide positive logits,
+    multiply negative ones."""
+    idx = idx.to(row.device)
     score = row[idx]
     row[idx] = torch.where(score < 0, score * penalty, score / penalty)
 
 
-def top_k_top_p_filter(row: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    if 0 < top_k < row.numel():
+def penalized_ids(req: Request) -> torch.Tensor:
+    """The distinct ids of ``req``'s prompt and output, brought up to date with the tokens sampled since the
+    last call (a set and a tensor built anew each step cost ~1 ms at 8k tokens of history)."""
+    n_prompt, n_out = len(req.prompt_ids), len(req.output_ids)
+    cached = req.penalty_ids
+    if cached is None or cached[0] != n_prompt or cached[1] > n_out:
+        seen = set(req.prompt_ids) | set(req.output_ids)
+        ids = torch.tensor(sorted(seen), dtype=torch.int64)
+    else:
+        _, done, seen, ids = cached
+        new = {t for t in req.output_ids[done:] if t not in seen}
+        if new:
+            seen |= new
+            ids = torch.cat([ids, torch.tensor(sorted(new), dtype=torch.int64)])
+    req.penalty_ids = (n_prompt, n_out, seen, ids)
+    return ids
+
+
+#: How many of the most likely tokens the nucleus is first looked for among (then four times as many, up to
+#: the whole vocabulary): a nucleus is a handful of tokens, and sorting a 49k or 262k vocabulary every step
+#: cost more than the model's step (3.8 and 24 ms here).
+NUCLEUS_CANDIDATES = 64
+
+
+def top_k_top_p(row: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The tokens top-k and top-p keep of ``row`` (logits over the vocabulary, already divided by the
+    temperature), with their logits; None when both are off (every token stays).
+
+    Top-k keeps every token whose logit reaches the k-th largest (ties included). Top-p then keeps the most
+    likely tokens until the probability mass before the next one reaches ``top_p`` (the first always
+    stays), the probabilities being the softmax over what top-k kept."""
+    n = row.numel()
+    if not 0 < top_k < n and top_p >= 1.0:
+        return None
+    ids = None
+    if 0 < top_k < n:
         kth = torch.topk(row, top_k).values[-1]
-        row = row.masked_fill(row < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(row, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # Drop a token when the mass before it already reaches top_p (the first token always stays).
-        drop = (probs.cumsum(-1) - probs) >= top_p
-        drop[0] = False  # even when top_p rounds to 0 in float32
-        row = row.masked_fill(torch.zeros_like(drop).scatter_(0, order, drop), float("-inf"))
-    return row
+        ids = ((row >= kth) & (row > float("-inf"))).nonzero().flatten()  # a grammar may allow fewer than k
+        logits, order = torch.sort(row[ids], descending=True)
+        ids = ids[order]
+        if top_p >= 1.0:
+            return ids, logits
+        probs = logits.softmax(-1)
+    else:
+        probs = row.softmax(-1)
+    m = min(NUCLEUS_CANDIDATES, probs.numel())
+    while True:
+        top, order = torch.topk(probs, m)  # sorted, most likely first
+        # Drop a token when the mass before it already reaches top_p; the mass only grows down the list.
+        # (The sums in float64: over thousands of tokens float32's would move the boundary by dozens.)
+        drop = (top.double().cumsum(-1) - top) >= top_p
+        if bool(drop[1:].any()) or m == probs.numel():
+            break
+        m = min(4 * m, probs.numel())
+    drop[0] = False  # even when top_p rounds to 0 in float32
+    order = order[~drop]
+    if ids is None:
+        return order, row[order]
+    return ids[order], logits[order]
 
 
 class Sampler:
@@ -69,7 +117,7 @@ class Sampler:
     def _sample_row(self, row: torch.Tensor, req: Request) -> int:
         p = req.params
         if p.repetition_penalty != 1.0:
-            apply_repetition_penalty(row, req.all_ids, p.repetition_penalty)
+            apply_repetition_penalty(row, penalized_ids(req), p.repetition_penalty)
         if req.matcher is not None:
             remaining = min(p.max_tokens, req.max_total_len - len(req.prompt_ids)) - len(req.output_ids)
             mask = req.matcher.allowed(remaining)
@@ -84,8 +132,11 @@ class Sampler:
         if p.greedy:
             return int(row.argmax())
         # A temperature too small to divide by without overflow samples as greedy does.
-        row = top_k_top_p_filter(row / max(p.temperature, MIN_TEMPERATURE), p.top_k, p.top_p)
-        probs = row.softmax(-1)
+        row = row / max(p.temperature, MIN_TEMPERATURE)
+        kept = top_k_top_p(row, p.top_k, p.top_p)
+        ids, logits = kept if kept is not None else (None, row)
+        probs = logits.softmax(-1)  # over the kept tokens: the distribution the others' -inf would leave
         if req.generator is not None and req.generator.device != probs.device:
             probs = probs.cpu()
-        return int(torch.multinomial(probs, 1, generator=req.generator))
+        pick = int(torch.multinomial(probs, 1, generator=req.generator))
+        return pick if ids is None else int(ids[pick])
