@@ -2,9 +2,8 @@
 greedy, in one engine, on the same prompt.
 
 Every decode figure elsewhere in bench/ is greedy, but a chat samples (``temperature 0.2, top_p 0.9,
-repetition_penalty 1.1`` by default, ``config.Settings``). Sorting the whole vocabulary for top-p each step cost
-3.8 ms a token on SmolLM2's 49k tokens and 24 ms on Gemma 3's 262k (a whole step is 5-12 ms): the chat decoded
-at half the speed the benchmarks said. Rounds alternate greedy and sampled replies (the order flipping every
+repetition_penalty 1.1`` by default, ``config.Settings``), and what sampling costs a step is paid per token.
+Rounds alternate greedy and sampled replies (the order flipping every
 round), each a 300-token prompt (cache reset first) and 96 tokens (``ignore_eos``); the ratio of medians is the
 figure (target ≥ 0.95). ``--history N`` puts N tokens of history before the reply (the repetition penalty
 covers every prompt token).

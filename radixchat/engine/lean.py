@@ -166,6 +166,7 @@ class LeanForward:
             for i, layer in enumerate(inner.layers[: config.num_hidden_layers])
         ]
         self.types = {layer.layer_type for layer in self.layers}
+        self.types_order = sorted(self.types)  # the native decode step's RoPE tables, in this order
         self.final_norm = _norm(inner.norm, arch.norm)
         self.head = model.lm_head.forward
         self.head_module = model.lm_head
@@ -231,8 +232,6 @@ class LeanForward:
 
 # -- the native decode step's arguments ------------------------------------------------------------------------
 
-_NONE = torch.empty(0, dtype=torch.int64)  # an argument the native step does not use
-
 #: weights.py's kernels the native step runs, as its ``Kind`` codes, and the buffers each multiplies.
 _NATIVE_KINDS = {
     "int4-gemv": (0, "w_int4", "sz_int4"),
@@ -244,7 +243,7 @@ _NATIVE_KINDS = {
     "float32": (6, "weight", None),
     "float32x8": (7, "weight", None),
 }
-_NONE = torch.empty(0)
+_NONE = torch.empty(0)  # an absent tensor: a norm or bias the model lacks, an argument the step ignores
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -285,9 +284,7 @@ def _native_config(lean: LeanForward, arch: _Arch, rope: Callable[..., Any]) -> 
         return None
     first = layers[0]
     acts = {_act_code(layer.act) for layer in layers}
-    norms = [lean.final_norm] + [
-        n for layer in layers for n in (layer.input_norm, layer.post_attn_norm, *_extra_norms(layer))
-    ]
+    norms = [lean.final_norm] + [n for layer in layers for n in _layer_norms(layer) if n is not None]
     if len(acts) != 1 or None in acts or len({n.eps for n in norms}) != 1:
         return None
     if any(n.weight.dtype != torch.float32 for n in norms) or len({layer.scaling for layer in layers}) != 1:
@@ -295,7 +292,6 @@ def _native_config(lean: LeanForward, arch: _Arch, rope: Callable[..., Any]) -> 
     attn = first.attn
     heads = attn.config.num_attention_heads
     kv_heads = attn.config.num_key_value_heads
-    lean.types_order = sorted(lean.types)
     layer_rope = [lean.types_order.index(layer.layer_type) if lean.per_type else 0 for layer in layers]
     cfg = [heads, kv_heads, first.head_dim, acts.pop(), int(bool(arch.qk_norm))]
     cfg += [int(layer.window or 0) for layer in layers]
@@ -303,9 +299,11 @@ def _native_config(lean: LeanForward, arch: _Arch, rope: Callable[..., Any]) -> 
     return layer_rope, cfg, fcfg
 
 
-def _extra_norms(layer: _Layer) -> tuple:
-    norms = (layer.pre_ffn_norm, layer.post_ffn_norm) if layer.sandwich else ()
-    return norms + ((layer.q_norm, layer.k_norm) if layer.qk_norm else ())
+def _layer_norms(layer: _Layer) -> tuple:
+    """A layer's six norms in ``decode_step.cpp``'s order, None where the architecture has none."""
+    sandwich = (layer.pre_ffn_norm, layer.post_ffn_norm) if layer.sandwich else (None, None)
+    qk = (layer.q_norm, layer.k_norm) if layer.qk_norm else (None, None)
+    return (layer.input_norm, layer.post_attn_norm, *sandwich, *qk)
 
 
 def _product(module: nn.Module, rows: int) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -333,11 +331,7 @@ def _native_weights(lean: LeanForward, rows: int) -> tuple[list[torch.Tensor], l
     weights: list[torch.Tensor] = []
     kinds: list[int] = []
     for layer in lean.layers:
-        sandwich = (
-            (layer.pre_ffn_norm.weight, layer.post_ffn_norm.weight) if layer.sandwich else (_NONE, _NONE)
-        )
-        qk = (layer.q_norm.weight, layer.k_norm.weight) if layer.qk_norm else (_NONE, _NONE)
-        weights += [layer.input_norm.weight, layer.post_attn_norm.weight, *sandwich, *qk]
+        weights += [_NONE if n is None else n.weight for n in _layer_norms(layer)]
         for module in layer.products:
             got = _product(module, rows)
             if got is None:
